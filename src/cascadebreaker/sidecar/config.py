@@ -1,0 +1,250 @@
+"""The sidecar's YAML configuration: pydantic models, loading, one-line errors naming the key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_STATUS_CLASS = re.compile(r"^[1-5]xx$")
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, unreadable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostPort(_Strict):
+    """A listen address."""
+
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _parse_host_port(value: Any) -> Any:
+    """Accept `host:port` strings (and `[v6]:port`) as well as mappings."""
+    if isinstance(value, str):
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError("must be host:port")
+        return {"host": host.strip("[]"), "port": int(port)}
+    return value
+
+
+class ListenConfig(_Strict):
+    """Where each listener binds; `null` disables one."""
+
+    outbound: HostPort | None = HostPort(host="127.0.0.1", port=15001)
+    inbound: HostPort | None = HostPort(host="127.0.0.1", port=15006)
+    grpc: HostPort | None = HostPort(host="127.0.0.1", port=15002)
+    admin: HostPort | None = HostPort(host="127.0.0.1", port=15000)
+
+    @field_validator("outbound", "inbound", "grpc", "admin", mode="before")
+    @classmethod
+    def _addresses(cls, value: Any) -> Any:
+        return _parse_host_port(value)
+
+
+class BreakerConfig(_Strict):
+    """Parameters of an upstream's circuit breaker."""
+
+    failure_threshold: int = Field(default=5, ge=1)
+    recovery_timeout: float = Field(default=20.0, gt=0)
+    half_open_max_calls: int = Field(default=1, ge=1)
+
+
+class RetryBudgetConfig(_Strict):
+    """Retries may add at most `ratio` of the original calls, plus `min_per_second`."""
+
+    ratio: float = Field(default=0.2, ge=0, le=1)
+    min_per_second: float = Field(default=5.0, ge=0)
+
+
+class RetryConfig(_Strict):
+    """Retries of failed calls without a request body; off (attempts 0) by default."""
+
+    attempts: int = Field(default=0, ge=0, le=10)
+    on_statuses: tuple[int, ...] = (502, 503, 504)
+    budget: RetryBudgetConfig = RetryBudgetConfig()
+
+    @field_validator("on_statuses")
+    @classmethod
+    def _statuses(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        for status in value:
+            if not 100 <= status <= 599:
+                raise ValueError(f"{status} is not an HTTP status")
+        return value
+
+
+class UpstreamConfig(_Strict):
+    """One upstream the app may call through the outbound listener."""
+
+    url: str
+    timeout: float = Field(default=10.0, gt=0)
+    connect_timeout: float | None = Field(default=None, gt=0)
+    breaker: BreakerConfig = BreakerConfig()
+    retries: RetryConfig = RetryConfig()
+    # Statuses that count as breaker failures: numbers or classes like "5xx".
+    failure_statuses: tuple[int | str, ...] = ("5xx",)
+    max_idle_connections: int = Field(default=64, ge=0)
+    # Host header sent upstream; default is the authority of `url`.
+    host_header: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme != "http":
+            raise ValueError("must be an http:// URL")
+        if not parts.hostname:
+            raise ValueError("must name a host")
+        try:
+            parts.port  # noqa: B018 - validates the port
+        except ValueError as exc:
+            raise ValueError("has an invalid port") from exc
+        if parts.query or parts.fragment:
+            raise ValueError("must not have a query or fragment")
+        return value
+
+    @field_validator("failure_statuses")
+    @classmethod
+    def _failure_statuses(cls, value: tuple[int | str, ...]) -> tuple[int | str, ...]:
+        for item in value:
+            if isinstance(item, int) and not 100 <= item <= 599:
+                raise ValueError(f"{item} is not an HTTP status")
+            if isinstance(item, str) and not _STATUS_CLASS.match(item):
+                raise ValueError(f"{item!r} is neither a status nor a class like '5xx'")
+        return value
+
+    def failure_table(self) -> tuple[bool, ...]:
+        """Index by status code (0..599): True when that status is a breaker failure."""
+        table = [False] * 600
+        for item in self.failure_statuses:
+            if isinstance(item, int):
+                table[item] = True
+            else:
+                first = int(item[0]) * 100
+                table[first : first + 100] = [True] * 100
+        return tuple(table)
+
+
+class LimitsConfig(_Strict):
+    """Bounds on what a client may send."""
+
+    max_header_bytes: int = Field(default=32768, ge=256)
+    max_header_count: int = Field(default=100, ge=1)
+
+
+class SidecarConfig(_Strict):
+    """The whole sidecar configuration file."""
+
+    service: str
+    app: str | None = None
+    listen: ListenConfig = ListenConfig()
+    store: str = "memory"
+    upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
+    limits: LimitsConfig = LimitsConfig()
+    # Seconds that in-flight requests get to finish after SIGTERM.
+    shutdown_grace: float = Field(default=10.0, ge=0)
+    # Owned by the cascade; accepted as-is for now.
+    cascade: dict[str, Any] | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("service")
+    @classmethod
+    def _service(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be a name of letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("app")
+    @classmethod
+    def _app(cls, value: str | None) -> str | None:
+        if value is not None:
+            UpstreamConfig._url(value)
+        return value
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: str) -> str:
+        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be 'memory' or a redis:// URL")
+        return value
+
+    @field_validator("upstreams")
+    @classmethod
+    def _upstream_names(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:
+        for name in value:
+            if not _NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid upstream name")
+        return value
+
+    @model_validator(mode="after")
+    def _inbound_needs_app(self) -> SidecarConfig:
+        if self.listen.inbound is not None and self.app is None:
+            raise ValueError("app: required when listen.inbound is set")
+        return self
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+
+def _describe(error: Any) -> str:
+    """One error of a ValidationError as `key.path: message`."""
+    loc = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-"))
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        message = "unknown key"
+    elif kind == "missing":
+        message = "required"
+    elif kind == "greater_than":
+        message = f"must be > {_number(ctx.get('gt'))}"
+    elif kind == "greater_than_equal":
+        message = f"must be >= {_number(ctx.get('ge'))}"
+    elif kind == "less_than_equal":
+        message = f"must be <= {_number(ctx.get('le'))}"
+    elif kind == "value_error":
+        message = str(ctx.get("error", error["msg"]))
+    else:
+        message = error["msg"][0].lower() + error["msg"][1:]
+    if kind == "value_error" and message.startswith("app: "):
+        return message  # a model-level rule that names its own key
+    return f"{loc}: {message}" if loc else message
+
+
+def parse_config(data: Any) -> SidecarConfig:
+    """Validate already-parsed YAML/JSON data; raise ConfigError naming the first bad key."""
+    if not isinstance(data, dict):
+        raise ConfigError("the configuration must be a mapping")
+    try:
+        return SidecarConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ConfigError(_describe(errors[0]) + more) from None
+
+
+def load_config(path: str | Path) -> SidecarConfig:
+    """Read and validate a YAML configuration file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    return parse_config(data)

@@ -1,0 +1,600 @@
+"""Keep-alive connection pools to upstreams and a lean HTTP/1.1 client on top of them.
+
+Two ways in:
+
+* `UpstreamClient.request(...)`: a plain async call returning a buffered `UpstreamResponse`
+  (used by the gRPC `Call` API and anything that wants a whole response);
+* `UpstreamPool.acquire_nowait()` / `connect()` + `UpstreamConnection.send(...)` with a
+  `ResponseSink`: callback-level streaming used by the proxy's hot path.
+
+Neither applies a circuit breaker: that is `sidecar.outbound`'s job. Errors::
+
+    UpstreamError                 the call failed before a complete response (502 by default)
+     ├── UpstreamConnectError     could not connect (refused, unreachable)
+     ├── UpstreamTimeout          no response head / no next read within the timeout (504)
+     ├── UpstreamReset            connection closed or reset mid-exchange
+     └── UpstreamProtocolError    the upstream sent bytes that are not HTTP/1.1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import httptools
+
+from cascadebreaker.sidecar.wire import LAST_CHUNK, RawHeaders, forwardable, request_head
+
+
+class UpstreamError(Exception):
+    """A call to an upstream failed before a complete response arrived."""
+
+    status = 502
+    kind = "error"
+
+    def __init__(
+        self, upstream: str, detail: str, *, reused: bool = False, response_started: bool = False
+    ) -> None:
+        super().__init__(f"{upstream}: {detail}")
+        self.upstream = upstream
+        self.detail = detail
+        # A reset on a reused keep-alive connection before any response byte is the classic
+        # "server closed an idle connection" race: safe to replay a body-less request.
+        self.reused = reused
+        self.response_started = response_started
+
+
+class UpstreamConnectError(UpstreamError):
+    """The upstream could not be connected to (refused, unreachable, connect timeout)."""
+
+    kind = "connect"
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream sent no response head, or no next read, within its timeout."""
+
+    status = 504
+    kind = "timeout"
+
+
+class UpstreamReset(UpstreamError):
+    """The connection was closed or reset in the middle of an exchange."""
+
+    kind = "reset"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream's reply is not valid HTTP/1.1."""
+
+    kind = "protocol"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """Where an upstream lives and how long to wait for it."""
+
+    name: str
+    host: str
+    port: int
+    base_path: bytes = b""
+    authority: bytes = b""
+    timeout: float = 10.0
+    connect_timeout: float = 10.0
+    max_idle: int = 64
+
+    @classmethod
+    def from_url(
+        cls,
+        name: str,
+        url: str,
+        timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        max_idle: int = 64,
+        host_header: str | None = None,
+    ) -> UpstreamTarget:
+        """Build a target from `http://host:port[/base]`."""
+        parts = urlsplit(url)
+        host = parts.hostname or "127.0.0.1"
+        port = parts.port or 80
+        authority = host_header or parts.netloc
+        return cls(
+            name=name,
+            host=host,
+            port=port,
+            base_path=parts.path.rstrip("/").encode(),
+            authority=authority.encode(),
+            timeout=timeout,
+            connect_timeout=connect_timeout or timeout,
+            max_idle=max_idle,
+        )
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    """A whole upstream response (headers are end-to-end only; names lower-cased)."""
+
+    status: int
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+
+
+class ResponseSink(Protocol):
+    """Receives one upstream response as it streams in (callbacks run on the event loop)."""
+
+    def response_head(
+        self,
+        status: int,
+        reason: bytes,
+        headers: RawHeaders,
+        chunked: bool,
+        content_length: int | None,
+    ) -> None:
+        """The status line and headers arrived (`content_length` None: chunked or until close)."""
+
+    def response_body(self, data: bytes) -> None:
+        """A piece of the (de-chunked) response body."""
+
+    def response_end(self) -> None:
+        """The response is complete."""
+
+    def response_failed(self, error: UpstreamError) -> None:
+        """The exchange failed; after `response_head` this means the body was cut short."""
+
+    def upstream_writable(self, writable: bool) -> None:
+        """Backpressure on the request body: stop (False) or resume (True) sending it."""
+
+
+class _HeadResponseDone(Exception):
+    """Raised from the parser to stop after the head of a response to HEAD."""
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection to an upstream; one exchange at a time."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._sink: ResponseSink | None = None
+        self._headers: RawHeaders = []
+        self._reason = b""
+        self._head_seen = False
+        self._bytes_seen = False
+        self._keep_alive = True
+        self._until_close = False
+        self._head_request = False
+        self._timeout = 0.0
+        self._last_activity = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._reading_paused = False
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport; Nagle off (small heads must leave at once)."""
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not TCP
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the response parser."""
+        if self._sink is None:
+            self._abandon()  # bytes nobody asked for: the connection is unusable
+            return
+        self._last_activity = self.loop.time()
+        self._bytes_seen = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadResponseDone):
+                self._parser = httptools.HttpResponseParser(self)
+                self._complete()
+            else:
+                detail = f"bad response: {exc.__context__ or exc}"
+                self._fail(UpstreamProtocolError(self.pool.name, detail))
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamProtocolError(self.pool.name, "unexpected protocol upgrade"))
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamProtocolError(self.pool.name, f"bad response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        """A response delimited by connection close ends here."""
+        if self._sink is not None and self._head_seen and self._until_close:
+            self._keep_alive = False
+            self._complete()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail the exchange in progress, if any, and leave the pool."""
+        self.closed = True
+        self.pool.discard(self)
+        if self._sink is not None:
+            if self._head_seen and self._until_close:
+                self._keep_alive = False
+                self._complete()
+            else:
+                detail = "connection reset" if exc else "connection closed by upstream"
+                self._fail(
+                    UpstreamReset(
+                        self.pool.name,
+                        detail,
+                        reused=self.reused,
+                        response_started=self._bytes_seen,
+                    )
+                )
+
+    def pause_writing(self) -> None:
+        """The upstream is not taking the request body fast enough."""
+        if self._sink is not None:
+            self._sink.upstream_writable(False)
+
+    def resume_writing(self) -> None:
+        """The upstream drained its buffer; go on sending."""
+        if self._sink is not None:
+            self._sink.upstream_writable(True)
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_status(self, reason: bytes) -> None:
+        """Part of the reason phrase."""
+        self._reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One response header."""
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        """Pass the head on; work out how the body is delimited."""
+        status = self._parser.get_status_code()
+        headers = self._headers
+        self._headers = []
+        reason = self._reason
+        self._reason = b""
+        if status < 200:
+            return  # interim (100 Continue): the sidecar answered Expect itself
+        self._head_seen = True
+        self._keep_alive = self._parser.should_keep_alive()
+        chunked = False
+        length: int | None = None
+        for name, value in headers:
+            lname = name.lower()
+            if lname == b"content-length":
+                length = int(value)
+            elif lname == b"transfer-encoding" and b"chunked" in value.lower():
+                chunked = True
+        no_body = self._head_request or status in (204, 304)
+        if no_body:
+            length = 0
+        elif chunked:
+            length = None
+        self._until_close = not no_body and not chunked and length is None
+        sink = self._sink
+        assert sink is not None
+        sink.response_head(status, reason, headers, chunked, length)
+        if self._head_request:
+            raise _HeadResponseDone
+
+    def on_body(self, body: bytes) -> None:
+        """A piece of the body."""
+        if self._sink is not None:
+            self._sink.response_body(body)
+
+    def on_message_complete(self) -> None:
+        """The response is whole."""
+        if self._head_seen:
+            self._complete()
+
+    # -- exchange ---------------------------------------------------------------------------
+    def send(
+        self,
+        head: bytes,
+        sink: ResponseSink,
+        timeout: float,
+        head_request: bool = False,
+        body: bytes = b"",
+    ) -> None:
+        """Start an exchange: write the request head (and a whole body, if given)."""
+        assert self.transport is not None
+        assert self._sink is None
+        self._sink = sink
+        self._head_seen = False
+        self._bytes_seen = False
+        self._head_request = head_request
+        self._timeout = timeout
+        now = self.loop.time()
+        self._last_activity = now
+        self._timer = self.loop.call_at(now + timeout, self._check_timeout)
+        if body:
+            self.transport.writelines((head, body))
+        else:
+            self.transport.write(head)
+
+    def write(self, data: bytes) -> None:
+        """Send more of the request body (already framed by the caller)."""
+        if self.transport is not None and not self.closed:
+            self._last_activity = self.loop.time()
+            self.transport.write(data)
+
+    def writelines(self, pieces: Iterable[bytes]) -> None:
+        """Send several pieces of the request body."""
+        if self.transport is not None and not self.closed:
+            self._last_activity = self.loop.time()
+            self.transport.writelines(pieces)
+
+    def pause_reading(self) -> None:
+        """Stop reading the response (the client is slow); the timeout does not run meanwhile."""
+        if self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read the response again."""
+        if self.transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self._last_activity = self.loop.time()
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        """Drop the exchange (the client went away): close without notifying the sink."""
+        self._sink = None
+        self._abandon()
+
+    def close(self) -> None:
+        """Close an idle connection."""
+        self._abandon()
+
+    # -- internals --------------------------------------------------------------------------
+    def _check_timeout(self) -> None:
+        self._timer = None
+        if self._sink is None:
+            return
+        now = self.loop.time()
+        if self._reading_paused:
+            self._last_activity = now
+        due = self._last_activity + self._timeout
+        if now >= due - 0.001:
+            what = "response body stalled" if self._head_seen else "no response"
+            self._fail(
+                UpstreamTimeout(
+                    self.pool.name,
+                    f"{what} within {self._timeout:g}s",
+                    response_started=self._bytes_seen,
+                )
+            )
+        else:
+            self._timer = self.loop.call_at(due, self._check_timeout)
+
+    def _complete(self) -> None:
+        sink = self._sink
+        self._sink = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._keep_alive and not self.closed:
+            self.reused = True
+            self.pool.release(self)
+        else:
+            self._abandon()
+        if sink is not None:
+            sink.response_end()
+
+    def _fail(self, error: UpstreamError) -> None:
+        sink = self._sink
+        self._sink = None
+        self._abandon()
+        if sink is not None:
+            sink.response_failed(error)
+
+    def _abandon(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.closed:
+            self.closed = True
+            self.pool.discard(self)
+            if self.transport is not None:
+                self.transport.close()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to one upstream (most recently used first)."""
+
+    def __init__(self, target: UpstreamTarget, loop: asyncio.AbstractEventLoop) -> None:
+        self.target = target
+        self.name = target.name
+        self.loop = loop
+        self._idle: list[UpstreamConnection] = []
+        self._all: set[UpstreamConnection] = set()
+
+    @property
+    def idle_count(self) -> int:
+        """Connections waiting for their next exchange."""
+        return len(self._idle)
+
+    @property
+    def open_count(self) -> int:
+        """All open connections, busy or idle."""
+        return len(self._all)
+
+    def acquire_nowait(self) -> UpstreamConnection | None:
+        """An idle connection, or None when a new one must be made with `connect()`."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def connect(self) -> UpstreamConnection:
+        """Open a new connection (raises UpstreamConnectError / UpstreamTimeout)."""
+        target = self.target
+        try:
+            async with asyncio.timeout(target.connect_timeout):
+                _, conn = await self.loop.create_connection(
+                    lambda: UpstreamConnection(self), target.host, target.port
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                self.name, f"connect timed out after {target.connect_timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise UpstreamConnectError(self.name, exc.strerror or str(exc)) from None
+        self._all.add(conn)
+        return conn
+
+    async def acquire(self) -> UpstreamConnection:
+        """An idle connection, or a new one."""
+        return self.acquire_nowait() or await self.connect()
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Return a connection whose exchange completed cleanly."""
+        if len(self._idle) < self.target.max_idle:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def discard(self, conn: UpstreamConnection) -> None:
+        """Forget a closed connection."""
+        self._all.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        """Close every connection (idle and busy)."""
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+
+
+class _BufferingSink:
+    """Collects a whole response into a future (for `UpstreamClient.request`)."""
+
+    def __init__(self, future: asyncio.Future[UpstreamResponse]) -> None:
+        self.future = future
+        self.status = 0
+        self.headers: RawHeaders = []
+        self.body: list[bytes] = []
+
+    def response_head(
+        self,
+        status: int,
+        reason: bytes,
+        headers: RawHeaders,
+        chunked: bool,
+        content_length: int | None,
+    ) -> None:
+        self.status = status
+        self.headers = headers
+
+    def response_body(self, data: bytes) -> None:
+        self.body.append(data)
+
+    def response_end(self) -> None:
+        if not self.future.done():
+            headers = [
+                (n.decode("latin-1").lower(), v.decode("latin-1"))
+                for n, v in forwardable(self.headers, True)
+            ]
+            self.future.set_result(UpstreamResponse(self.status, headers, b"".join(self.body)))
+
+    def response_failed(self, error: UpstreamError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def upstream_writable(self, writable: bool) -> None:
+        pass  # the whole body is written at once
+
+
+HeadersArg = Mapping[str, str] | Sequence[tuple[str, str]]
+
+
+class UpstreamClient:
+    """Pools for every configured upstream, and an async request API over them."""
+
+    def __init__(
+        self, targets: Iterable[UpstreamTarget], loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
+        self.loop = loop or asyncio.get_running_loop()
+        self.pools = {t.name: UpstreamPool(t, self.loop) for t in targets}
+
+    def pool(self, upstream: str) -> UpstreamPool:
+        """The pool of a configured upstream (KeyError when unknown)."""
+        return self.pools[upstream]
+
+    async def request(
+        self,
+        upstream: str,
+        method: str,
+        path: str,
+        headers: HeadersArg = (),
+        body: bytes = b"",
+        timeout: float | None = None,  # noqa: ASYNC109 - per read
+    ) -> UpstreamResponse:
+        """Send one request and return the whole response; raises UpstreamError subclasses.
+
+        `path` is relative to the upstream's base URL; hop-by-hop headers are dropped, Host and
+        Content-Length are set by the client. `timeout` defaults to the upstream's timeout.
+        """
+        pool = self.pools[upstream]
+        target = pool.target
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in items]
+        method_b = method.upper().encode("ascii")
+        framing = (
+            b"content-length: %d\r\n" % len(body) if body or method_b in _BODY_METHODS else b""
+        )
+        head = request_head(
+            method_b,
+            target.base_path + (path.encode() or b"/"),
+            target.authority,
+            forwardable(raw, True),
+            framing,
+        )
+        is_head = method_b == b"HEAD"
+        wait = timeout if timeout is not None else target.timeout
+        for attempt in (0, 1):
+            conn = pool.acquire_nowait() or await pool.connect()
+            future: asyncio.Future[UpstreamResponse] = self.loop.create_future()
+            conn.send(head, _BufferingSink(future), wait, is_head, body)
+            try:
+                return await future
+            except UpstreamReset as exc:
+                # Stale keep-alive race: replay once on a fresh connection.
+                if attempt or not exc.reused or exc.response_started:
+                    raise
+            except asyncio.CancelledError:
+                conn.abort()
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        """Close all pooled connections."""
+        for pool in self.pools.values():
+            pool.close()
+
+
+_BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+
+__all__ = [
+    "LAST_CHUNK",
+    "ResponseSink",
+    "UpstreamClient",
+    "UpstreamConnectError",
+    "UpstreamConnection",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamProtocolError",
+    "UpstreamReset",
+    "UpstreamResponse",
+    "UpstreamTarget",
+    "UpstreamTimeout",
+]

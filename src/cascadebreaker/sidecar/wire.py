@@ -1,0 +1,118 @@
+"""HTTP/1.1 wire helpers: hop-by-hop filtering (RFC 9110 §7.6.1), heads, framing, error replies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from http import HTTPStatus
+from typing import Any
+
+RawHeaders = list[tuple[bytes, bytes]]
+
+# Headers that describe one connection, never forwarded; plus the ones the sidecar re-derives
+# (framing, Host) or answers itself (Expect).
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_REDERIVED = frozenset({b"content-length", b"host", b"expect"})
+_DROP_FORWARD = HOP_BY_HOP | _REDERIVED
+
+CRLF = b"\r\n"
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def connection_tokens(headers: RawHeaders) -> frozenset[bytes]:
+    """Lower-cased tokens of every Connection header (they name more hop-by-hop headers)."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if len(name) == 10 and name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b","))
+    return frozenset(tokens)
+
+
+def forwardable(headers: RawHeaders, has_connection: bool) -> RawHeaders:
+    """The end-to-end headers of a message: hop-by-hop ones, framing, Host and Expect removed."""
+    drop: frozenset[bytes] = _DROP_FORWARD
+    if has_connection:
+        drop = drop | connection_tokens(headers)
+    return [(n, v) for n, v in headers if n.lower() not in drop]
+
+
+def request_head(
+    method: bytes,
+    target: bytes,
+    host: bytes,
+    headers: Iterable[tuple[bytes, bytes]],
+    framing: bytes,
+) -> bytes:
+    """Serialise a request head; `framing` is a ready `content-length: n\\r\\n` line or empty."""
+    parts = [method, b" ", target, b" HTTP/1.1\r\nhost: ", host, CRLF]
+    for name, value in headers:
+        parts += (name, b": ", value, CRLF)
+    parts += (framing, CRLF)
+    return b"".join(parts)
+
+
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+def status_line(status: int, reason: bytes = b"") -> bytes:
+    """`HTTP/1.1 <status> <reason>\\r\\n`, with the standard reason when none is given."""
+    return b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Unknown"))
+
+
+def response_head(
+    status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], framing: bytes
+) -> bytes:
+    """Serialise a response head; `framing` carries content-length/transfer-encoding/connection."""
+    parts = [status_line(status, reason)]
+    for name, value in headers:
+        parts += (name, b": ", value, CRLF)
+    parts += (framing, CRLF)
+    return b"".join(parts)
+
+
+def chunk(data: bytes) -> list[bytes]:
+    """One chunk of a chunked body, as pieces for `writelines`."""
+    return [b"%x\r\n" % len(data), data, CRLF]
+
+
+def simple_response(
+    status: int,
+    body: bytes,
+    content_type: bytes = b"application/json",
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    close: bool = False,
+) -> bytes:
+    """A complete response with a fixed body (errors, admin replies)."""
+    headers = [(b"content-type", content_type), *extra]
+    framing = b"content-length: %d\r\n" % len(body)
+    if close:
+        framing += b"connection: close\r\n"
+    return response_head(status, b"", headers, framing) + body
+
+
+def json_response(
+    status: int,
+    payload: dict[str, Any],
+    extra: Sequence[tuple[bytes, bytes]] = (),
+    close: bool = False,
+) -> bytes:
+    """A complete JSON response."""
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    return simple_response(status, body, b"application/json", extra, close)
+
+
+def error_response(status: int, message: str, close: bool = False, **fields: Any) -> bytes:
+    """A JSON error reply: `{"error": message, ...fields}`."""
+    return json_response(status, {"error": message, **fields}, close=close)
