@@ -1,0 +1,54 @@
+"""Sidecar configs for the demo's `sidecar` mode, generated from the topology."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cascadebreaker.demo.topology import HOST, Topology
+
+
+def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
+    """The `ccb sidecar --config` document for service `name` (schema of issue 3)."""
+    spec = topology.service(name)
+    if spec.sidecar is None:
+        raise ValueError(f"{name} has no sidecar in mode {topology.mode}")
+    t = topology.timings
+    ports = spec.sidecar
+    return {
+        "service": name,
+        "app": spec.app_url,
+        "listen": {
+            "outbound": f"{HOST}:{ports.outbound}",
+            "inbound": f"{HOST}:{ports.inbound}",
+            "grpc": f"{HOST}:{ports.grpc}",
+            "admin": f"{HOST}:{ports.admin}",
+        },
+        "store": "memory",
+        "upstreams": {
+            upstream: {
+                # A peer with a sidecar is reached through its inbound listener (mesh shape).
+                "url": topology.service(upstream).ingress_url,
+                "timeout": t.call_timeout,
+                "breaker": {
+                    "failure_threshold": t.failure_threshold,
+                    "recovery_timeout": t.recovery_timeout,
+                },
+            }
+            for upstream in spec.calls
+        },
+    }
+
+
+def write_sidecar_config(topology: Topology, name: str, directory: Path) -> Path:
+    """Write the sidecar config of `name` into `directory` and return its path."""
+    document = sidecar_config(topology, name)
+    path = directory / f"{name}-sidecar.yaml"
+    try:
+        import yaml
+    except ModuleNotFoundError:  # JSON is valid YAML: the sidecar reads it either way
+        path.write_text(json.dumps(document, indent=2))
+    else:
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path

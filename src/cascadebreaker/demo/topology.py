@@ -1,0 +1,166 @@
+"""The demo's topology in one place: services, their ports on 127.0.0.1, and who calls whom."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+
+
+class Mode(StrEnum):
+    """How services reach each other."""
+
+    DIRECT = "direct"  # plain HTTP calls, no breaker anywhere
+    PLAIN = "plain"  # direct calls wrapped in an in-process CircuitBreaker per downstream
+    SIDECAR = "sidecar"  # every call goes through the caller's sidecar (breakers + cascade there)
+
+
+# Who calls whom: service -> the upstream names it calls. The upstream name is the target service.
+CALLS: dict[str, tuple[str, ...]] = {
+    "gateway": ("order",),
+    "order": ("inventory", "payment", "shipping"),
+    "inventory": (),
+    "payment": ("payment-gateway",),
+    "shipping": ("courier",),
+    "payment-gateway": (),
+    "courier": (),
+}
+
+# External upstreams: third parties with switchable faults and no sidecar of their own.
+EXTERNAL = frozenset({"payment-gateway", "courier"})
+
+# Start order: upstreams first so that callers find them healthy.
+START_ORDER = ("payment-gateway", "courier", "inventory", "payment", "shipping", "order", "gateway")
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Timeouts and breaker settings shared by every hop (short ones make tests fast)."""
+
+    call_timeout: float = 2.0  # per downstream call, seconds
+    failure_threshold: int = 5
+    recovery_timeout: float = 5.0
+    half_open_max_calls: int = 1
+
+
+@dataclass(frozen=True)
+class SidecarPorts:
+    """The four listeners of one service's sidecar."""
+
+    outbound: int
+    inbound: int
+    grpc: int
+    admin: int
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service of the demo as deployed: its name, app port, sidecar and upstreams."""
+
+    name: str
+    port: int
+    calls: tuple[str, ...] = ()
+    sidecar: SidecarPorts | None = None
+
+    @property
+    def external(self) -> bool:
+        """True for third-party upstreams (fault switches, no sidecar)."""
+        return self.name in EXTERNAL
+
+    @property
+    def app_url(self) -> str:
+        """The app's own address."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def ingress_url(self) -> str:
+        """Where callers reach this service: its sidecar's inbound listener, else the app."""
+        if self.sidecar is not None:
+            return f"http://{HOST}:{self.sidecar.inbound}"
+        return self.app_url
+
+    @property
+    def admin_url(self) -> str | None:
+        """The sidecar's admin API, if the service has a sidecar."""
+        return None if self.sidecar is None else f"http://{HOST}:{self.sidecar.admin}"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The whole deployed demo: mode, timings and every service with its ports."""
+
+    mode: Mode
+    services: dict[str, ServiceSpec]
+    timings: Timings = field(default_factory=Timings)
+
+    @classmethod
+    def allocate(cls, mode: Mode | str, timings: Timings | None = None) -> Topology:
+        """Build the topology with free loopback ports for every listener."""
+        mode = Mode(mode)
+        services: dict[str, ServiceSpec] = {}
+        for name in START_ORDER:
+            sidecar = None
+            if mode is Mode.SIDECAR and name not in EXTERNAL:
+                sidecar = SidecarPorts(free_port(), free_port(), free_port(), free_port())
+            services[name] = ServiceSpec(name, free_port(), CALLS[name], sidecar)
+        return cls(mode, services, timings or Timings())
+
+    def service(self, name: str) -> ServiceSpec:
+        """The spec of one service, or KeyError naming it."""
+        try:
+            return self.services[name]
+        except KeyError:
+            raise KeyError(f"unknown demo service {name!r}") from None
+
+    @property
+    def public_url(self) -> str:
+        """The public entry point (the gateway, through its sidecar when it has one)."""
+        return self.service("gateway").ingress_url
+
+    def upstream_base_url(self, caller: str, upstream: str) -> str:
+        """The base URL `caller` uses to reach `upstream` in this mode."""
+        spec = self.service(caller)
+        if upstream not in spec.calls:
+            raise KeyError(f"{caller} does not call {upstream}")
+        if spec.sidecar is not None:
+            return f"http://{HOST}:{spec.sidecar.outbound}/{upstream}"
+        return self.service(upstream).app_url
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-friendly form (what the state file and the service processes read)."""
+        return {
+            "mode": self.mode.value,
+            "timings": asdict(self.timings),
+            "services": {n: asdict(s) for n, s in self.services.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Topology:
+        """Inverse of to_json."""
+        services = {}
+        for name, raw in data["services"].items():
+            sidecar = SidecarPorts(**raw["sidecar"]) if raw.get("sidecar") else None
+            services[name] = ServiceSpec(raw["name"], raw["port"], tuple(raw["calls"]), sidecar)
+        return cls(Mode(data["mode"]), services, Timings(**data.get("timings", {})))
+
+    def save(self, path: Path) -> None:
+        """Write the topology as JSON."""
+        path.write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> Topology:
+        """Read a topology written by save()."""
+        data: dict[str, Any] = json.loads(path.read_text())
+        return cls.from_json(data)
