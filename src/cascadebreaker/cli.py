@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _missing_extra(name: str):  # type: ignore[no-untyped-def]
     def handler(_args: argparse.Namespace) -> int:
-        print(f"ccb: this command needs the '{name}' package; pip install 'cascadebreaker[all]'",
-              file=sys.stderr)
+        print(
+            f"ccb: this command needs the '{name}' package; pip install 'cascadebreaker[all]'",
+            file=sys.stderr,
+        )
         return 2
 
     return handler

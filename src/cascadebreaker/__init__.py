@@ -1,0 +1,63 @@
+"""cascadebreaker: circuit breakers that share state across processes and cascade unavailability.
+
+from cascadebreaker import CircuitBreaker, State, CircuitOpenError, MemoryStore, RedisStore
+"""
+
+from .breaker import CircuitBreaker
+from .core import (
+    Backoff,
+    ConsecutiveFailures,
+    CountWindow,
+    ExponentialBackoff,
+    FailureRate,
+    FixedBackoff,
+    Outcome,
+    SlowCallRate,
+    State,
+    TimeWindow,
+    TripPolicy,
+)
+from .degraded import FallbackReason, GuardedResult
+from .errors import CascadeBreakerError, CircuitOpenError
+from .events import OutcomeEvent, TransitionEvent
+from .permit import Permit
+from .stores.base import BreakerSlot, Store
+from .stores.memory import MemoryStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backoff",
+    "BreakerSlot",
+    "CascadeBreakerError",
+    "CircuitBreaker",
+    "CircuitOpenError",
+    "ConsecutiveFailures",
+    "CountWindow",
+    "ExponentialBackoff",
+    "FailureRate",
+    "FallbackReason",
+    "FixedBackoff",
+    "GuardedResult",
+    "MemoryStore",
+    "Outcome",
+    "OutcomeEvent",
+    "Permit",
+    "RedisStore",
+    "SlowCallRate",
+    "State",
+    "Store",
+    "TimeWindow",
+    "TransitionEvent",
+    "TripPolicy",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> object:
+    # RedisStore needs the `redis` extra; import it only when asked for.
+    if name == "RedisStore":
+        from .stores.redis import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module 'cascadebreaker' has no attribute {name!r}")
