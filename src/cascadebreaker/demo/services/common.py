@@ -134,7 +134,8 @@ class Downstream:
             permit = self.breaker.acquire()
         except CircuitOpenError as exc:
             self.stats.incr(f"refused.{self.name}")
-            raise DownstreamError(self.name, 503, f"circuit {exc.state}", refused=True) from exc
+            reason = f"circuit {exc.state.value}"
+            raise DownstreamError(self.name, 503, reason, refused=True) from exc
         try:
             response = await self._send(method, path, json, headers)
         except DownstreamError as exc:

@@ -1,0 +1,110 @@
+"""A snapshot of the running demo: counters, breaker states, unavailable endpoints, faults."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from cascadebreaker.demo.topology import ServiceSpec, Topology
+
+
+@dataclass
+class ServiceView:
+    """What one service reports right now."""
+
+    name: str
+    up: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    breakers: dict[str, str] = field(default_factory=dict)  # upstream -> state
+    unavailable: list[str] = field(default_factory=list)  # "endpoint <- cause chain"
+    fault: str | None = None
+
+
+async def _get_json(client: httpx.AsyncClient, url: str) -> Any:
+    try:
+        response = await client.get(url, timeout=1.0)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _breaker_states(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    states = {}
+    for name, value in raw.items():
+        state = value.get("state") if isinstance(value, dict) else value
+        states[str(name).split("->")[-1]] = str(state)
+    return states
+
+
+def _unavailable(status: Any) -> list[str]:
+    """Unavailable endpoints from a sidecar's /status, tolerant of its exact shape."""
+    if not isinstance(status, dict):
+        return []
+    raw = status.get("unavailable")
+    if raw is None and isinstance(status.get("cascade"), dict):
+        raw = status["cascade"].get("unavailable")
+    items: list[str] = []
+    if isinstance(raw, dict):
+        raw = [
+            {"endpoint": k, **(v if isinstance(v, dict) else {"cause": v})} for k, v in raw.items()
+        ]
+    for entry in raw or ():
+        if isinstance(entry, dict):
+            cause = entry.get("cause") or entry.get("causes") or []
+            chain = " <- ".join(str(c) for c in cause) if isinstance(cause, list) else str(cause)
+            items.append(f"{entry.get('endpoint', '?')}" + (f" <- {chain}" if chain else ""))
+        else:
+            items.append(str(entry))
+    return items
+
+
+async def observe_service(client: httpx.AsyncClient, spec: ServiceSpec) -> ServiceView:
+    """Collect one service's view (its app's /_stats, its sidecar's /status, its fault)."""
+    view = ServiceView(spec.name)
+    stats = await _get_json(client, f"{spec.app_url}/_stats")
+    if isinstance(stats, dict):
+        view.up = True
+        view.counts = dict(stats.get("counts", {}))
+        view.breakers = _breaker_states(stats.get("breakers"))
+    if spec.admin_url is not None:
+        status = await _get_json(client, f"{spec.admin_url}/status")
+        if isinstance(status, dict):
+            view.breakers.update(_breaker_states(status.get("breakers")))
+            view.unavailable = _unavailable(status)
+    if spec.external and view.up:
+        fault = await _get_json(client, f"{spec.app_url}/_fault")
+        if isinstance(fault, dict) and isinstance(fault.get("fault"), dict):
+            f = fault["fault"]
+            view.fault = f"{f.get('mode')} rate={f.get('rate')}"
+    return view
+
+
+async def observe(topology: Topology, client: httpx.AsyncClient) -> dict[str, ServiceView]:
+    """Views of every service, collected concurrently."""
+    views = await asyncio.gather(
+        *(observe_service(client, spec) for spec in topology.services.values())
+    )
+    return {v.name: v for v in views}
+
+
+async def reset_stats(topology: Topology, client: httpx.AsyncClient) -> None:
+    """Zero every service's counters (between experiment runs)."""
+    await asyncio.gather(
+        *(client.delete(f"{s.app_url}/_stats", timeout=2.0) for s in topology.services.values())
+    )
+
+
+def total(views: dict[str, ServiceView], service: str, counter: str) -> int:
+    """One counter of one service (0 when absent)."""
+    view = views.get(service)
+    return 0 if view is None else int(view.counts.get(counter, 0))
