@@ -1,1 +1,105 @@
-"""cascade."""
+"""The cascade: endpoints, the learned dependency graph, availability rules and updates.
+
+Everything here is pure (no I/O); clocks are injected. The sidecar drives it:
+
+- per inbound request: `Learner.inbound` (refuse if our endpoint is unavailable, remember the
+  trace key), then `Learner.inbound_done`;
+- per outbound call: `Learner.outbound` (learn the edge, refuse if the target is unavailable);
+- on breaker transitions: `AvailabilityTable.breaker_transition`;
+- on updates from peers: `AvailabilityTable.receive`;
+- periodically: `AvailabilityTable.expire`, `AvailabilityTable.expire_edges`.
+
+Every input returns the `AvailabilityUpdate`s to push to callers and publish.
+"""
+
+from cascadebreaker.cascade.availability import (
+    AvailabilityTable,
+    Propagation,
+    Target,
+    Unavailability,
+)
+from cascadebreaker.cascade.endpoints import (
+    Endpoint,
+    RouteTemplates,
+    fold_path,
+    normalize_template,
+)
+from cascadebreaker.cascade.graph import DependencyGraph, Edge, EdgeSource
+from cascadebreaker.cascade.learning import (
+    HeaderGetter,
+    InboundDecision,
+    Learner,
+    OutboundDecision,
+    hop_material,
+)
+from cascadebreaker.cascade.trace import (
+    TraceContext,
+    TraceTable,
+    parse_b3,
+    parse_traceparent,
+    trace_context,
+    trace_key,
+)
+from cascadebreaker.cascade.trust import (
+    HOP_HEADER,
+    OPTIONAL_HEADER,
+    SECRET_ENV,
+    SERVING_ENDPOINT_HEADER,
+    HopCheck,
+    HopTrust,
+    is_loopback,
+    load_secret,
+)
+from cascadebreaker.cascade.updates import (
+    AvailabilityUpdate,
+    Cause,
+    CauseChain,
+    MalformedUpdate,
+    Verdict,
+    canonical_bytes,
+    sign,
+    verify,
+    verify_signature,
+)
+
+__all__ = [
+    "HOP_HEADER",
+    "OPTIONAL_HEADER",
+    "SECRET_ENV",
+    "SERVING_ENDPOINT_HEADER",
+    "AvailabilityTable",
+    "AvailabilityUpdate",
+    "Cause",
+    "CauseChain",
+    "DependencyGraph",
+    "Edge",
+    "EdgeSource",
+    "Endpoint",
+    "HeaderGetter",
+    "HopCheck",
+    "HopTrust",
+    "InboundDecision",
+    "Learner",
+    "MalformedUpdate",
+    "OutboundDecision",
+    "Propagation",
+    "RouteTemplates",
+    "Target",
+    "TraceContext",
+    "TraceTable",
+    "Unavailability",
+    "Verdict",
+    "canonical_bytes",
+    "fold_path",
+    "hop_material",
+    "is_loopback",
+    "load_secret",
+    "normalize_template",
+    "parse_b3",
+    "parse_traceparent",
+    "sign",
+    "trace_context",
+    "trace_key",
+    "verify",
+    "verify_signature",
+]

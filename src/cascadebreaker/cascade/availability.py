@@ -1,0 +1,347 @@
+"""The availability rules, applied by one sidecar for its own service.
+
+- A dependency is unavailable while this sidecar's breaker for it is OPEN (HALF_OPEN is not) or
+  a received unavailability for it has not expired.
+- An endpoint of this service is unavailable while any required dependency is unavailable
+  through a cause chain that does not already contain that endpoint (so cycles terminate).
+
+`AvailabilityTable` is pure: every input (breaker transition, received update, learned edge)
+returns the updates to send; time comes from injected clocks. It is not thread-safe: drive it
+from one event loop.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from cascadebreaker.cascade.endpoints import Endpoint
+from cascadebreaker.cascade.graph import DependencyGraph, EdgeSource
+from cascadebreaker.cascade.updates import (
+    AvailabilityUpdate,
+    Cause,
+    CauseChain,
+    Verdict,
+    chain_to_list,
+    sign,
+    verify,
+)
+
+__all__ = ["AvailabilityTable", "Propagation", "Target", "Unavailability"]
+
+# A breaker guards one endpoint, or a whole service when named by its service string.
+Target = Endpoint | str
+
+_NO_UPDATES: tuple[AvailabilityUpdate, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailability:
+    """Why an endpoint is unavailable and until when (wall time for the wire, monotonic here)."""
+
+    cause_chain: CauseChain
+    expires_at: float  # unix wall seconds, carried in updates
+    deadline: float  # local monotonic seconds, compared on every check
+
+    def involves(self, endpoint: Endpoint) -> bool:
+        """True when `endpoint` is already a link of the chain."""
+        return any(c.endpoint == endpoint for c in self.cause_chain)
+
+
+class Propagation(NamedTuple):
+    """The result of one input: the verdict on a received update and the updates to send."""
+
+    verdict: Verdict
+    updates: tuple[AvailabilityUpdate, ...]
+
+
+_ACCEPTED_NOTHING = Propagation(Verdict.ACCEPTED, _NO_UPDATES)
+
+
+class AvailabilityTable:
+    """Availability of this service's endpoints and of the dependencies it knows about."""
+
+    def __init__(
+        self,
+        service: str,
+        graph: DependencyGraph,
+        *,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        secret: bytes | None = None,
+        max_ttl: float = 300.0,
+        recovery_ttl: float = 60.0,
+        max_versions: int = 100_000,
+    ) -> None:
+        self.service = service
+        self.graph = graph
+        self._clock = clock
+        self._wall = wall_clock
+        self._secret = secret
+        self._max_ttl = max_ttl
+        self._recovery_ttl = recovery_ttl
+        self._max_versions = max_versions
+        self._roots: dict[Endpoint, Unavailability] = {}
+        self._service_roots: dict[str, Unavailability] = {}
+        self._remote: dict[Endpoint, Unavailability] = {}
+        self._derived: dict[Endpoint, Unavailability] = {}
+        self._versions: dict[Endpoint, int] = {}
+        self._last_version = 0
+        self.counters: Counter[str] = Counter()
+
+    # -- the per-request path -------------------------------------------------------------
+
+    def check(self, endpoint: Endpoint) -> Unavailability | None:
+        """None when `endpoint` is available now, else why it is not. O(1)."""
+        if not (self._roots or self._service_roots or self._remote or self._derived):
+            return None  # the healthy case: four truth tests, no allocation
+        return self._best(endpoint, self._clock(), exclude=None)
+
+    def is_available(self, endpoint: Endpoint) -> bool:
+        """True when `endpoint` is available now."""
+        return self.check(endpoint) is None
+
+    def learn(
+        self,
+        caller: Endpoint,
+        callee: Endpoint,
+        *,
+        optional: bool = False,
+        source: EdgeSource = EdgeSource.HEADER,
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """Record one observed call; usually returns no updates (a known edge, nothing down)."""
+        if not self.graph.observe(caller, callee, optional=optional, source=source):
+            return _NO_UPDATES
+        return self._propagate((caller,), self._clock())
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def breaker_opened(
+        self, target: Target, retry_after: float, reason: str = "circuit open"
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """This sidecar's breaker for `target` opened (or was refreshed) for `retry_after` s."""
+        now, wall = self._clock(), self._wall()
+        ttl = min(max(retry_after, 0.0), self._max_ttl)
+        if isinstance(target, str):
+            root = Endpoint.service_wide(target)
+            self._service_roots[target] = Unavailability(
+                (Cause(root, reason),), wall + ttl, now + ttl
+            )
+            return self._propagate(self._callers_of_service(target), now)
+        self._roots[target] = Unavailability((Cause(target, reason),), wall + ttl, now + ttl)
+        return self._propagate((target,), now, seeds_are_callees=True)
+
+    def breaker_recovered(self, target: Target) -> tuple[AvailabilityUpdate, ...]:
+        """This sidecar's breaker for `target` left OPEN (HALF_OPEN or CLOSED)."""
+        now = self._clock()
+        if isinstance(target, str):
+            if self._service_roots.pop(target, None) is None:
+                return _NO_UPDATES
+            return self._propagate(self._callers_of_service(target), now)
+        if self._roots.pop(target, None) is None:
+            return _NO_UPDATES
+        return self._propagate((target,), now, seeds_are_callees=True)
+
+    def breaker_transition(
+        self, target: Target, to_state: str, retry_after: float = 0.0, reason: str = "circuit open"
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """Apply a breaker transition by state name (`OPEN`, `HALF_OPEN`, `CLOSED`)."""
+        if str(to_state).upper() == "OPEN":
+            return self.breaker_opened(target, retry_after, reason)
+        return self.breaker_recovered(target)
+
+    def receive(self, update: AvailabilityUpdate) -> Propagation:
+        """Apply an update from another sidecar: verify, then propagate to our endpoints."""
+        now, wall = self._clock(), self._wall()
+        endpoint = update.endpoint
+        self.counters["received"] += 1
+        verdict = verify(update, self._secret, now=wall, last_version=self._versions.get(endpoint))
+        if verdict is not Verdict.ACCEPTED:
+            self.counters[f"rejected_{verdict.value}"] += 1
+            return Propagation(verdict, _NO_UPDATES)
+        self.counters["accepted"] += 1
+        self._remember_version(endpoint, update.version)
+        if update.available:
+            if self._remote.pop(endpoint, None) is None:
+                return _ACCEPTED_NOTHING
+        else:
+            ttl = min(update.expires_at - wall, self._max_ttl)
+            self._remote[endpoint] = Unavailability(update.cause_chain, wall + ttl, now + ttl)
+        return Propagation(Verdict.ACCEPTED, self._propagate((endpoint,), now, True))
+
+    def graph_changed(self, callers: Iterable[Endpoint]) -> tuple[AvailabilityUpdate, ...]:
+        """Re-evaluate `callers` after edges were declared, marked optional or expired."""
+        return self._propagate(tuple(callers), self._clock())
+
+    def expire_edges(self) -> tuple[AvailabilityUpdate, ...]:
+        """Age out unseen learned edges and re-evaluate their callers (call periodically)."""
+        removed = self.graph.expire()
+        if not removed:
+            return _NO_UPDATES
+        return self.graph_changed(e.caller for e in removed)
+
+    def expire(self) -> list[Endpoint]:
+        """Drop expired entries; return our endpoints that became available by expiry.
+
+        No updates are sent: receivers hold the same absolute expiry and expire on their own.
+        """
+        now = self._clock()
+        for table in (self._roots, self._remote):
+            for key in [k for k, u in table.items() if u.deadline <= now]:
+                del table[key]
+        for name in [k for k, u in self._service_roots.items() if u.deadline <= now]:
+            del self._service_roots[name]
+        gone = [k for k, u in self._derived.items() if u.deadline <= now]
+        for key in gone:
+            del self._derived[key]
+        return gone
+
+    def next_deadline(self) -> float | None:
+        """The earliest monotonic deadline held, to schedule `expire`; None when nothing is down."""
+        deadlines = [
+            u.deadline
+            for table in (self._roots, self._service_roots, self._remote, self._derived)
+            for u in table.values()
+        ]
+        return min(deadlines, default=None)
+
+    # -- views ----------------------------------------------------------------------------
+
+    def unavailable(self) -> dict[Endpoint, Unavailability]:
+        """Every endpoint known unavailable now (ours, roots, received), for `/status`."""
+        now = self._clock()
+        found: dict[Endpoint, Unavailability] = {}
+        for key in (*self._roots, *self._remote, *self._derived):
+            u = self._best(key, now, exclude=None)
+            if u is not None:
+                found[key] = u
+        for name, u in self._service_roots.items():
+            if u.deadline > now:
+                found[Endpoint.service_wide(name)] = u
+        return found
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-friendly view: unavailable endpoints with cause chains, edges, counters."""
+        now, wall = self._clock(), self._wall()
+        return {
+            "service": self.service,
+            "unavailable": [
+                {
+                    "endpoint": str(e),
+                    "cause_chain": chain_to_list(u.cause_chain),
+                    "expires_in": round(max(u.deadline - now, 0.0), 3),
+                    "expires_at": round(wall + max(u.deadline - now, 0.0), 3),
+                }
+                for e, u in self.unavailable().items()
+            ],
+            "edges": [
+                {"caller": str(e.caller), "callee": str(e.callee), "required": e.required}
+                for e in self.graph.edges()
+            ],
+            "counters": dict(self.counters),
+        }
+
+    # -- the rules ------------------------------------------------------------------------
+
+    def _best(
+        self, endpoint: Endpoint, now: float, exclude: Endpoint | None
+    ) -> Unavailability | None:
+        """The live unavailability of `endpoint` with the latest deadline, skipping chains
+        that contain `exclude`."""
+        best: Unavailability | None = None
+        for u in (
+            self._roots.get(endpoint),
+            self._service_roots.get(endpoint.service),
+            self._remote.get(endpoint),
+            self._derived.get(endpoint),
+        ):
+            if u is None or u.deadline <= now:
+                continue
+            if exclude is not None and u.involves(exclude):
+                continue
+            if best is None or _better(u, best):
+                best = u
+        return best
+
+    def _derive(self, endpoint: Endpoint, now: float) -> Unavailability | None:
+        """Apply the rule to one of our endpoints: the best live cause among required deps."""
+        best: Unavailability | None = None
+        via: Endpoint | None = None
+        for dep in self.graph.dependencies(endpoint):
+            u = self._best(dep, now, exclude=endpoint)
+            if u is not None and (best is None or _better(u, best)):
+                best, via = u, dep
+        if best is None or via is None:
+            return None
+        link = Cause(endpoint, f"requires {via}")
+        return Unavailability((*best.cause_chain, link), best.expires_at, best.deadline)
+
+    def _propagate(
+        self, seeds: Iterable[Endpoint], now: float, seeds_are_callees: bool = False
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """Re-derive our endpoints reachable from `seeds` until nothing changes."""
+        work: list[Endpoint] = []
+        for seed in seeds:
+            if seeds_are_callees:
+                work.extend(self.graph.callers(seed))
+            else:
+                work.append(seed)
+        work = [e for e in work if e.service == self.service]
+        if not work:
+            return _NO_UPDATES
+        updates: list[AvailabilityUpdate] = []
+        # Chains only grow and each change re-queues callers; the budget is a safety net.
+        budget = 64 * (len(self._derived) + len(work) + 16)
+        while work and budget > 0:
+            budget -= 1
+            endpoint = work.pop()
+            current = self._derived.get(endpoint)
+            if current is not None and current.deadline <= now:
+                del self._derived[endpoint]
+                current = None
+            new = self._derive(endpoint, now)
+            if new == current:
+                continue
+            if new is None:
+                del self._derived[endpoint]
+            else:
+                self._derived[endpoint] = new
+            updates.append(self._update(endpoint, new))
+            work.extend(c for c in self.graph.callers(endpoint) if c.service == self.service)
+        if budget <= 0:
+            self.counters["propagation_budget_exhausted"] += 1
+        self.counters["sent"] += len(updates)
+        return tuple(updates)
+
+    def _update(self, endpoint: Endpoint, u: Unavailability | None) -> AvailabilityUpdate:
+        wall = self._wall()
+        version = max(self._last_version + 1, int(wall * 1_000_000))
+        self._last_version = version
+        self._remember_version(endpoint, version)
+        if u is None:
+            update = AvailabilityUpdate(
+                self.service, endpoint, True, (), wall + self._recovery_ttl, version
+            )
+        else:
+            update = AvailabilityUpdate(
+                self.service, endpoint, False, u.cause_chain, u.expires_at, version
+            )
+        return sign(update, self._secret) if self._secret is not None else update
+
+    def _remember_version(self, endpoint: Endpoint, version: int) -> None:
+        versions = self._versions
+        if endpoint not in versions and len(versions) >= self._max_versions:
+            del versions[next(iter(versions))]  # forget the oldest-inserted endpoint
+        versions[endpoint] = version
+
+    def _callers_of_service(self, service: str) -> list[Endpoint]:
+        return [c for e in self.graph.callees_of_service(service) for c in self.graph.callers(e)]
+
+
+def _better(a: Unavailability, b: Unavailability) -> bool:
+    """Prefer the later deadline (holds dependents longest), then the shorter chain."""
+    if a.deadline != b.deadline:
+        return a.deadline > b.deadline
+    return len(a.cause_chain) < len(b.cause_chain)

@@ -1,0 +1,139 @@
+"""The two per-request hooks a sidecar calls: one per inbound request, one per outbound call.
+
+Header access is a getter `get(lower_case_name) -> str | None` so any HTTP parser fits.
+Inbound learning headers are the caller sidecar's business; the inbound hook reports whether
+they are trusted so the sidecar can strip them before the request reaches the app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from cascadebreaker.cascade.availability import AvailabilityTable, Unavailability
+from cascadebreaker.cascade.endpoints import Endpoint, RouteTemplates, normalize_template
+from cascadebreaker.cascade.graph import EdgeSource
+from cascadebreaker.cascade.trace import TraceTable, trace_context
+from cascadebreaker.cascade.trust import (
+    HOP_HEADER,
+    OPTIONAL_HEADER,
+    SERVING_ENDPOINT_HEADER,
+    HopTrust,
+)
+from cascadebreaker.cascade.updates import AvailabilityUpdate
+
+__all__ = ["HeaderGetter", "InboundDecision", "Learner", "OutboundDecision", "hop_material"]
+
+HeaderGetter = Callable[[str], str | None]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def hop_material(method: str, path: str, get: HeaderGetter) -> str:
+    """What a hop token binds: the request line and the learning header values."""
+    return (
+        f"{method.upper()} {path}|{get(SERVING_ENDPOINT_HEADER) or ''}|{get(OPTIONAL_HEADER) or ''}"
+    )
+
+
+class InboundDecision(NamedTuple):
+    """What the inbound hook decided for one request to our app."""
+
+    endpoint: Endpoint  # our endpoint being served
+    trace_key: str | None  # pass back to `inbound_done`
+    refusal: Unavailability | None  # refuse with 503 when set
+    from_sidecar: bool  # learning headers are trusted; strip them when False
+
+
+class OutboundDecision(NamedTuple):
+    """What the outbound hook decided for one call our app makes."""
+
+    callee: Endpoint
+    caller: Endpoint | None  # our endpoint the app was serving, when known
+    refusal: Unavailability | None  # refuse with 503 when set
+    updates: tuple[AvailabilityUpdate, ...]  # send these (a newly learned edge changed things)
+
+
+class Learner:
+    """Names endpoints, correlates traces and learns edges on the request path (O(1))."""
+
+    def __init__(
+        self,
+        table: AvailabilityTable,
+        templates: RouteTemplates,
+        traces: TraceTable,
+        trust: HopTrust,
+        *,
+        wall_clock: Callable[[], float],
+        learn_from_traces: bool = True,
+    ) -> None:
+        self.table = table
+        self.service = table.service
+        self.templates = templates
+        self.traces = traces
+        self.trust = trust
+        self._wall = wall_clock
+        self.learn_from_traces = learn_from_traces
+
+    def inbound(
+        self, method: str, path: str, get: HeaderGetter, *, peer_host: str | None
+    ) -> InboundDecision:
+        """Hook for a request arriving for our app (before it is forwarded)."""
+        endpoint = self.templates.endpoint(self.service, method, path)
+        refusal = self.table.check(endpoint)
+        from_sidecar = False
+        token = get(HOP_HEADER)
+        if token is not None:
+            material = hop_material(method, path, get)
+            check = self.trust.check(
+                token, peer_host=peer_host, now=self._wall(), material=material
+            )
+            from_sidecar = check.trusted
+        key: str | None = None
+        if refusal is None and self.learn_from_traces:
+            ctx = trace_context(get)
+            if ctx is not None:
+                key = ctx.key
+                self.traces.begin(key, endpoint)
+        return InboundDecision(endpoint, key, refusal, from_sidecar)
+
+    def inbound_done(self, trace_key: str | None) -> None:
+        """Hook for the end of an inbound request (response sent or failed)."""
+        if trace_key is not None:
+            self.traces.end(trace_key)
+
+    def outbound(
+        self, target_service: str, method: str, path: str, get: HeaderGetter
+    ) -> OutboundDecision:
+        """Hook for a call our app makes to `target_service` (headers come from our own app)."""
+        callee = self.templates.endpoint(target_service, method, path)
+        caller, source = self._serving(get)
+        updates: tuple[AvailabilityUpdate, ...] = ()
+        if caller is not None:
+            optional = (get(OPTIONAL_HEADER) or "").strip().lower() in _TRUE
+            updates = self.table.learn(caller, callee, optional=optional, source=source)
+        return OutboundDecision(callee, caller, self.table.check(callee), updates)
+
+    def hop_token(self, method: str, path: str, get: HeaderGetter) -> str:
+        """The `ccb-hop` value to add to a call forwarded to another sidecar."""
+        material = hop_material(method, path, get)
+        return self.trust.issue(self.service, self._wall(), material)
+
+    def _serving(self, get: HeaderGetter) -> tuple[Endpoint | None, EdgeSource]:
+        named = get(SERVING_ENDPOINT_HEADER)
+        if named:
+            try:
+                endpoint = Endpoint.parse(named.strip())
+            except ValueError:
+                endpoint = None
+            # The app may only speak for its own service's endpoints.
+            if endpoint is not None and endpoint.service == self.service:
+                template = normalize_template(endpoint.template)
+                return self.templates.endpoint(self.service, endpoint.method, template), (
+                    EdgeSource.HEADER
+                )
+        if self.learn_from_traces:
+            ctx = trace_context(get)
+            if ctx is not None:
+                return self.traces.serving(ctx.key), EdgeSource.TRACE
+        return None, EdgeSource.TRACE

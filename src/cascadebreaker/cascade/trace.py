@@ -1,0 +1,197 @@
+"""Trace correlation: which endpoint was the app serving when it made this outbound call?
+
+The sidecar records `trace key -> endpoint served` when it forwards an inbound request to its
+app, and looks the key up when the app calls out. With W3C `traceparent` the app's outbound call
+carries the same trace-id under a NEW span id, so the key is the trace-id alone.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from cascadebreaker.cascade.endpoints import Endpoint
+
+__all__ = [
+    "TRACE_HEADERS",
+    "TraceContext",
+    "TraceTable",
+    "parse_b3",
+    "parse_traceparent",
+    "trace_context",
+    "trace_key",
+]
+
+# Lower-case header names the extractor reads, in priority order.
+TRACE_HEADERS = ("traceparent", "b3", "x-b3-traceid", "x-b3-spanid", "x-request-id")
+
+_HEX = frozenset("0123456789abcdef")
+_ZERO_TRACE = "0" * 32
+_MAX_REQUEST_ID = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContext:
+    """The part of a trace header the sidecar correlates on."""
+
+    trace_id: str  # 32 lower-case hex chars (64-bit b3 ids are left-padded), or `rid:<id>`
+    span_id: str | None
+
+    @property
+    def key(self) -> str:
+        """The correlation key: the trace-id, never the span (it changes per hop)."""
+        return self.trace_id
+
+
+def _is_hex(s: str) -> bool:
+    return _HEX.issuperset(s)
+
+
+def parse_traceparent(value: str) -> TraceContext | None:
+    """Parse W3C `traceparent` (`00-<trace-id>-<parent-id>-<flags>`); None when invalid."""
+    parts = value.strip().lower().split("-")
+    if len(parts) < 4:
+        return None
+    version, trace_id, span_id, flags = parts[0], parts[1], parts[2], parts[3]
+    if len(version) != 2 or version == "ff" or not _is_hex(version):
+        return None
+    if version == "00" and len(parts) != 4:
+        return None
+    if len(trace_id) != 32 or not _is_hex(trace_id) or trace_id == _ZERO_TRACE:
+        return None
+    if len(span_id) != 16 or not _is_hex(span_id) or span_id == "0" * 16:
+        return None
+    if len(flags) != 2 or not _is_hex(flags):
+        return None
+    return TraceContext(trace_id, span_id)
+
+
+def _b3_trace_id(raw: str) -> str | None:
+    raw = raw.strip().lower()
+    if len(raw) not in (16, 32) or not _is_hex(raw):
+        return None
+    padded = raw.rjust(32, "0")
+    return None if padded == _ZERO_TRACE else padded
+
+
+def parse_b3(value: str) -> TraceContext | None:
+    """Parse the single `b3` header (`{trace}-{span}[-{sampled}[-{parent}]]`); None if absent."""
+    parts = value.strip().split("-")
+    if len(parts) < 2:
+        return None  # sampling-only form ("0", "1", "d") carries no ids
+    trace_id = _b3_trace_id(parts[0])
+    span = parts[1].strip().lower()
+    if trace_id is None or len(span) != 16 or not _is_hex(span):
+        return None
+    return TraceContext(trace_id, span)
+
+
+def trace_context(get: Callable[[str], str | None]) -> TraceContext | None:
+    """Extract the correlation context; `get(name)` returns a lower-case header's value or None.
+
+    Priority: `traceparent`, then single `b3`, then `x-b3-traceid`, then `x-request-id`.
+    """
+    value = get("traceparent")
+    if value:
+        ctx = parse_traceparent(value)
+        if ctx is not None:
+            return ctx
+    value = get("b3")
+    if value:
+        ctx = parse_b3(value)
+        if ctx is not None:
+            return ctx
+    value = get("x-b3-traceid")
+    if value:
+        trace_id = _b3_trace_id(value)
+        if trace_id is not None:
+            span = get("x-b3-spanid")
+            return TraceContext(trace_id, span.strip().lower() if span else None)
+    value = get("x-request-id")
+    if value:
+        value = value.strip()
+        if 0 < len(value) <= _MAX_REQUEST_ID:
+            return TraceContext("rid:" + value, None)
+    return None
+
+
+def trace_key(headers: Mapping[str, str]) -> str | None:
+    """The correlation key from a mapping with lower-case header names; None when none."""
+    ctx = trace_context(headers.get)
+    return None if ctx is None else ctx.key
+
+
+class _Entry:
+    __slots__ = ("endpoint", "expires", "inflight")
+
+    def __init__(self, endpoint: Endpoint | None, expires: float) -> None:
+        self.endpoint = endpoint  # None once two endpoints overlap on one key (ambiguous)
+        self.expires = expires
+        self.inflight = 1
+
+
+class TraceTable:
+    """Bounded TTL + LRU map `trace key -> endpoint being served`; every operation is O(1).
+
+    Two overlapping inbound requests with one trace key but different endpoints make the key
+    ambiguous until it expires: no edge is learned from it rather than a wrong one.
+    """
+
+    def __init__(
+        self, clock: Callable[[], float], *, ttl: float = 30.0, capacity: int = 10_000
+    ) -> None:
+        if ttl <= 0 or capacity < 1:
+            raise ValueError("ttl must be > 0 and capacity >= 1")
+        self._clock = clock
+        self._ttl = ttl
+        self._capacity = capacity
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def begin(self, key: str, endpoint: Endpoint) -> None:
+        """Record that an inbound request with `key` is being served as `endpoint`."""
+        now = self._clock()
+        entries = self._entries
+        entry = entries.get(key)
+        if entry is not None and entry.expires > now:
+            if entry.inflight > 0 and entry.endpoint != endpoint:
+                entry.endpoint = None
+            elif entry.inflight == 0:
+                entry.endpoint = endpoint
+            entry.inflight += 1
+            entry.expires = now + self._ttl
+            entries.move_to_end(key)
+            return
+        entries[key] = _Entry(endpoint, now + self._ttl)
+        entries.move_to_end(key)
+        self._evict(now)
+
+    def end(self, key: str) -> None:
+        """Mark one inbound request with `key` finished (its outbound calls may still follow)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.inflight > 0:
+            entry.inflight -= 1
+
+    def serving(self, key: str) -> Endpoint | None:
+        """The endpoint served under `key`, or None when unknown, expired or ambiguous."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= self._clock():
+            del self._entries[key]
+            return None
+        return entry.endpoint
+
+    def _evict(self, now: float) -> None:
+        entries = self._entries
+        while len(entries) > self._capacity:
+            entries.popitem(last=False)
+        # Entries are kept in refresh order, so expired ones sit at the front.
+        while entries:
+            first = next(iter(entries.values()))
+            if first.expires > now:
+                break
+            entries.popitem(last=False)

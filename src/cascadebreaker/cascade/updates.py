@@ -1,0 +1,257 @@
+"""Availability updates: the message one sidecar sends about its own endpoints.
+
+Wire form (JSON object, the same over gRPC, Redis pub/sub and HTTP):
+
+    {"service": "checkout", "endpoint": "checkout POST /v1/orders", "available": false,
+     "cause_chain": [{"endpoint": "payment POST /v1/charges", "reason": "circuit open"},
+                     {"endpoint": "checkout POST /v1/orders", "reason": "requires payment ..."}],
+     "expires_at": 1764442586.123, "version": 1764442566123456, "signature": "<hex>"}
+
+`expires_at` is absolute unix wall time (seconds, millisecond precision): relays over several
+hops and a Redis channel keep the root's single deadline instead of adding transit time per hop,
+and a captured update cannot be replayed past it. Receivers clamp it to a maximum TTL so a host
+with a skewed clock cannot pin an endpoint down for long. The HMAC covers `canonical_bytes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from cascadebreaker.cascade.endpoints import Endpoint
+
+__all__ = [
+    "AvailabilityUpdate",
+    "Cause",
+    "CauseChain",
+    "MalformedUpdate",
+    "Verdict",
+    "canonical_bytes",
+    "chain_from_list",
+    "chain_to_list",
+    "sign",
+    "verify",
+    "verify_signature",
+]
+
+_FIELDS = frozenset(
+    {"service", "endpoint", "available", "cause_chain", "expires_at", "version", "signature"}
+)
+_MAX_CHAIN = 64
+_MAX_REASON = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One link of a cause chain: an unavailable endpoint and why."""
+
+    endpoint: Endpoint
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-friendly form."""
+        return {"endpoint": str(self.endpoint), "reason": self.reason}
+
+
+CauseChain = tuple[Cause, ...]
+
+
+def chain_to_list(chain: CauseChain) -> list[dict[str, str]]:
+    """A cause chain as a JSON-friendly list, root first."""
+    return [c.to_dict() for c in chain]
+
+
+def chain_from_list(items: Any) -> CauseChain:
+    """Parse a cause chain list; raises MalformedUpdate."""
+    if not isinstance(items, list) or len(items) > _MAX_CHAIN:
+        raise MalformedUpdate(f"cause_chain must be a list of at most {_MAX_CHAIN} items")
+    chain = []
+    for item in items:
+        if not isinstance(item, dict) or set(item) != {"endpoint", "reason"}:
+            raise MalformedUpdate("cause_chain items must be {endpoint, reason}")
+        reason = item["reason"]
+        if not isinstance(reason, str) or len(reason) > _MAX_REASON:
+            raise MalformedUpdate("cause reason must be a string of at most 200 chars")
+        chain.append(Cause(_endpoint(item["endpoint"]), reason))
+    return tuple(chain)
+
+
+class MalformedUpdate(ValueError):
+    """An update that does not follow the wire form."""
+
+
+class Verdict(StrEnum):
+    """What a receiver decided about an update; everything but ACCEPTED is a rejection."""
+
+    ACCEPTED = "accepted"
+    MALFORMED = "malformed"
+    UNSIGNED = "unsigned"
+    BAD_SIGNATURE = "bad_signature"
+    EXPIRED = "expired"
+    STALE = "stale"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class AvailabilityUpdate:
+    """A change of availability of one endpoint of the sending service."""
+
+    service: str
+    endpoint: Endpoint
+    available: bool
+    cause_chain: CauseChain
+    expires_at: float
+    version: int
+    signature: str = field(default="", compare=False)
+
+    def problem(self) -> str | None:
+        """Why this update breaks the rules, or None when it is well formed."""
+        if self.service != self.endpoint.service:
+            return "service does not own the endpoint"
+        if self.version < 0:
+            return "negative version"
+        if self.expires_at <= 0:
+            return "expires_at must be positive unix time"
+        if self.available and self.cause_chain:
+            return "an available endpoint has no cause chain"
+        if not self.available:
+            if not self.cause_chain:
+                return "an unavailable endpoint needs a cause chain"
+            if self.cause_chain[-1].endpoint != self.endpoint:
+                return "the cause chain must end with the endpoint itself"
+            if len({c.endpoint for c in self.cause_chain}) != len(self.cause_chain):
+                return "the cause chain repeats an endpoint"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (the wire form)."""
+        return {
+            "service": self.service,
+            "endpoint": str(self.endpoint),
+            "available": self.available,
+            "cause_chain": chain_to_list(self.cause_chain),
+            "expires_at": self.expires_at,
+            "version": self.version,
+            "signature": self.signature,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AvailabilityUpdate:
+        """Parse the wire form; raises MalformedUpdate with the reason."""
+        if not isinstance(data, Mapping):
+            raise MalformedUpdate("update must be an object")
+        missing = (_FIELDS - {"signature"}) - set(data)
+        if missing:
+            raise MalformedUpdate(f"missing fields: {sorted(missing)}")
+        unknown = set(data) - _FIELDS
+        if unknown:
+            raise MalformedUpdate(f"unknown fields: {sorted(unknown)}")
+        service, available = data["service"], data["available"]
+        expires_at, version = data["expires_at"], data["version"]
+        signature = data.get("signature", "")
+        if not isinstance(service, str) or not isinstance(available, bool):
+            raise MalformedUpdate("service must be a string and available a boolean")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise MalformedUpdate("version must be an integer")
+        if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
+            raise MalformedUpdate("expires_at must be a number")
+        if not isinstance(signature, str):
+            raise MalformedUpdate("signature must be a string")
+        update = cls(
+            service=service,
+            endpoint=_endpoint(data["endpoint"]),
+            available=available,
+            cause_chain=chain_from_list(data["cause_chain"]),
+            expires_at=_ms(float(expires_at)),
+            version=version,
+            signature=signature,
+        )
+        problem = update.problem()
+        if problem is not None:
+            raise MalformedUpdate(problem)
+        return update
+
+    def to_json(self) -> bytes:
+        """The wire form as compact JSON bytes."""
+        return json.dumps(self.to_dict(), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> AvailabilityUpdate:
+        """Parse JSON bytes; raises MalformedUpdate."""
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MalformedUpdate(f"not JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+
+def _endpoint(value: Any) -> Endpoint:
+    if not isinstance(value, str):
+        raise MalformedUpdate("endpoint must be a string")
+    try:
+        return Endpoint.parse(value)
+    except ValueError as exc:
+        raise MalformedUpdate(str(exc)) from exc
+
+
+def _ms(t: float) -> float:
+    return round(t * 1000) / 1000
+
+
+def canonical_bytes(update: AvailabilityUpdate) -> bytes:
+    """The bytes the HMAC covers: the wire form without `signature`, sorted keys, no spaces,
+    UTF-8, with `expires_at` as integer milliseconds so any language reproduces it exactly."""
+    body = update.to_dict()
+    del body["signature"]
+    body["expires_at"] = round(update.expires_at * 1000)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _mac(update: AvailabilityUpdate, secret: bytes) -> str:
+    return hmac.new(secret, canonical_bytes(update), hashlib.sha256).hexdigest()
+
+
+def sign(update: AvailabilityUpdate, secret: bytes) -> AvailabilityUpdate:
+    """Return `update` with `expires_at` rounded to milliseconds and its HMAC-SHA256 (hex) set."""
+    rounded = replace(update, expires_at=_ms(update.expires_at), signature="")
+    return replace(rounded, signature=_mac(rounded, secret))
+
+
+def verify_signature(update: AvailabilityUpdate, secret: bytes | None) -> Verdict:
+    """Check the HMAC only: ACCEPTED, UNSIGNED or BAD_SIGNATURE (no secret: always ACCEPTED)."""
+    if secret is None:
+        return Verdict.ACCEPTED
+    if not update.signature:
+        return Verdict.UNSIGNED
+    if not hmac.compare_digest(update.signature, _mac(update, secret)):
+        return Verdict.BAD_SIGNATURE
+    return Verdict.ACCEPTED
+
+
+def verify(
+    update: AvailabilityUpdate,
+    secret: bytes | None,
+    *,
+    now: float,
+    last_version: int | None = None,
+) -> Verdict:
+    """Decide whether to accept `update` at wall time `now` given the last version seen for
+    its endpoint: malformed, then signature, then expiry, then version order."""
+    if update.problem() is not None:
+        return Verdict.MALFORMED
+    verdict = verify_signature(update, secret)
+    if verdict is not Verdict.ACCEPTED:
+        return verdict
+    if update.expires_at <= now:
+        return Verdict.EXPIRED
+    if last_version is not None:
+        if update.version < last_version:
+            return Verdict.STALE
+        if update.version == last_version:
+            return Verdict.DUPLICATE
+    return Verdict.ACCEPTED
