@@ -1,0 +1,152 @@
+"""`ccb demo`, `ccb demo workerpool` and `ccb fault`: the demo's command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import sys
+import time
+from typing import Any
+
+from cascadebreaker.demo.topology import EXTERNAL, Mode, Timings
+
+
+def default_mode() -> Mode:
+    """Sidecar mode when the sidecar is built, else in-process breakers, else direct calls."""
+    if importlib.util.find_spec("cascadebreaker.sidecar.command") is not None:
+        return Mode.SIDECAR
+    try:
+        from cascadebreaker import CircuitBreaker  # noqa: F401
+    except ImportError:
+        return Mode.DIRECT
+    return Mode.PLAIN
+
+
+def register(subparsers: Any) -> None:
+    """Add `demo` (with `demo workerpool`) and `fault` to the `ccb` parser."""
+    demo = subparsers.add_parser("demo", help="run the saga demo with a scripted fault story")
+    demo.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode],
+        default=None,
+        help="direct | plain (in-process breakers) | sidecar (default: best built)",
+    )
+    demo.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="stay up after the story until Ctrl-C (use `ccb fault` meanwhile)",
+    )
+    demo.add_argument("--no-story", action="store_true", help="start the system, skip the story")
+    demo.add_argument("--seconds", type=float, default=6.0, help="length of a story chapter")
+    demo.add_argument("--rate", type=float, default=5.0, help="orders per second during the story")
+    demo.add_argument(
+        "--recovery-timeout", type=float, default=3.0, help="breakers' recovery timeout, seconds"
+    )
+    demo.set_defaults(handler=run_demo)
+    demo_sub = demo.add_subparsers(dest="demo_command", metavar="SCENARIO")
+    workerpool = demo_sub.add_parser(
+        "workerpool", help="a bounded worker pool with a hanging upstream, with/without breaker"
+    )
+    from cascadebreaker.demo.workerpool_command import add_arguments
+
+    add_arguments(workerpool)
+
+    fault = subparsers.add_parser("fault", help="switch faults of a running `ccb demo`")
+    fault_sub = fault.add_subparsers(dest="fault_command", metavar="ACTION", required=True)
+    inject = fault_sub.add_parser("inject", help="inject a fault into an external upstream")
+    inject.add_argument("service", choices=sorted(EXTERNAL))
+    inject.add_argument("--mode", required=True, metavar="down|slow[=DELAY]|errors[=RATE]")
+    inject.add_argument("--rate", type=float, default=None, help="share of requests affected")
+    inject.add_argument("--delay", type=float, default=None, help="seconds, for slow")
+    inject.set_defaults(handler=run_fault_inject)
+    clear = fault_sub.add_parser("clear", help="clear the fault of one upstream (default: all)")
+    clear.add_argument("service", nargs="?", choices=sorted(EXTERNAL))
+    clear.set_defaults(handler=run_fault_clear)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Start the demo, run the story in a live view, and stop everything cleanly."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from cascadebreaker.demo.control import remove_state, write_state
+    from cascadebreaker.demo.launcher import DemoSystem, LaunchError, sigterm_as_interrupt
+    from cascadebreaker.demo.story import StoryState, run_story
+    from cascadebreaker.demo.view import addresses, chapters_table, render
+
+    console = Console()
+    mode = Mode(args.mode) if args.mode else default_mode()
+    timings = Timings(call_timeout=2.0, failure_threshold=5, recovery_timeout=args.recovery_timeout)
+    system = DemoSystem.create(mode, timings)
+    sigterm_as_interrupt()
+    try:
+        with console.status(f"starting {len(system.topology.services)} services ({mode.value})"):
+            system.start()
+        path = write_state(system.topology, system.pids(), system.workdir)
+        console.print(addresses(system.topology))
+        console.print(
+            f"public entry: POST {system.topology.public_url}/orders   "
+            f"state file: {path}   logs: {system.workdir}"
+        )
+        if not args.no_story:
+            state = StoryState(system.topology)
+            with Live(render(state), console=console, refresh_per_second=4) as live:
+                asyncio.run(
+                    run_story(
+                        system.topology,
+                        state,
+                        seconds=args.seconds,
+                        rate=args.rate,
+                        refresh=lambda: live.update(render(state)),
+                    )
+                )
+            if not console.is_terminal:
+                console.print(chapters_table(state))
+        if args.keep_running:
+            console.print(
+                "running; `ccb fault inject courier --mode down`, `ccb fault clear`; Ctrl-C to stop"
+            )
+            while True:
+                time.sleep(3600)
+    except LaunchError as exc:
+        console.print(f"[red]demo failed to start:[/red] {exc}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("stopping…")
+    finally:
+        remove_state()
+        system.stop()
+    return 0
+
+
+def run_fault_inject(args: argparse.Namespace) -> int:
+    """`ccb fault inject SERVICE --mode ...` against the running demo."""
+    from cascadebreaker.demo.control import DemoNotRunning, inject_fault, parse_fault, read_state
+
+    try:
+        body = parse_fault(args.mode)
+        if args.rate is not None:
+            body["rate"] = args.rate
+        if args.delay is not None:
+            body["delay"] = args.delay
+        state = read_state()
+        result = inject_fault(state.topology, args.service, body)
+    except (ValueError, DemoNotRunning) as exc:
+        print(f"ccb fault: {exc}", file=sys.stderr)
+        return 2
+    print(f"{args.service}: {result['fault']}")
+    return 0
+
+
+def run_fault_clear(args: argparse.Namespace) -> int:
+    """`ccb fault clear [SERVICE]` against the running demo."""
+    from cascadebreaker.demo.control import DemoNotRunning, clear_faults, read_state
+
+    try:
+        cleared = clear_faults(read_state().topology, args.service)
+    except DemoNotRunning as exc:
+        print(f"ccb fault: {exc}", file=sys.stderr)
+        return 2
+    print(f"cleared: {', '.join(cleared)}")
+    return 0

@@ -1,0 +1,116 @@
+"""The live terminal view of the demo (rich): services, breakers, unavailable endpoints, orders."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from cascadebreaker.demo.story import StoryState
+from cascadebreaker.demo.topology import Topology
+
+# Counters worth a glance per service (the rest stays in /_stats).
+_HEADLINE = {
+    "gateway": ("orders_ok", "orders_failed", "orders_refused", "orders_error"),
+    "order": ("sagas_started", "sagas_failed", "sagas_refused", "compensations"),
+    "inventory": ("reservations_made", "reservations_released", "reservations_active"),
+    "payment": ("charges", "refunds", "charges_failed"),
+    "shipping": ("shipments", "shipments_failed"),
+    "payment-gateway": ("ok", "faulted"),
+    "courier": ("ok", "faulted"),
+}
+_STATE_STYLE = {"CLOSED": "green", "OPEN": "bold red", "HALF_OPEN": "yellow"}
+
+
+def addresses(topology: Topology) -> Table:
+    """Where every service (and sidecar) listens."""
+    table = Table(title=f"ccb demo — mode {topology.mode.value}", title_justify="left")
+    for column in ("service", "app", "ingress", "sidecar admin"):
+        table.add_column(column)
+    for spec in topology.services.values():
+        table.add_row(spec.name, spec.app_url, spec.ingress_url, spec.admin_url or "-")
+    return table
+
+
+def _breakers(states: dict[str, str]) -> Text:
+    text = Text()
+    for i, (upstream, state) in enumerate(sorted(states.items())):
+        if i:
+            text.append(" ")
+        text.append(f"{upstream}:", style="dim")
+        text.append(state.upper(), style=_STATE_STYLE.get(state.upper(), ""))
+    return text
+
+
+def services_table(state: StoryState) -> Table:
+    """One row per service: up, headline counters, breaker states, unavailable endpoints."""
+    table = Table(expand=True)
+    table.add_column("service")
+    table.add_column("up")
+    table.add_column("work")
+    table.add_column("breakers")
+    table.add_column("unavailable / fault")
+    for name in state.topology.services:
+        view = state.views.get(name)
+        if view is None:
+            table.add_row(name, "?", "", "", "")
+            continue
+        work = "  ".join(f"{key}={view.counts.get(key, 0)}" for key in _HEADLINE.get(name, ()))
+        trouble = "; ".join(view.unavailable) or (view.fault or "")
+        table.add_row(
+            name,
+            Text("up", style="green") if view.up else Text("DOWN", style="bold red"),
+            work,
+            _breakers(view.breakers),
+            Text(trouble, style="red" if trouble else ""),
+        )
+    return table
+
+
+def chapters_table(state: StoryState) -> Table:
+    """Orders per chapter and the work they caused (compensations are the waste)."""
+    table = Table(title="orders per chapter", title_justify="left")
+    for column in (
+        "chapter",
+        "ok",
+        "failed",
+        "refused",
+        "error",
+        "reservations",
+        "charges",
+        "compensations",
+    ):
+        table.add_column(column, justify="right" if column != "chapter" else "left")
+    for tally in state.tallies:
+        o = tally.outcomes
+        table.add_row(
+            tally.title,
+            str(o["ok"]),
+            str(o["failed"]),
+            str(o["refused"]),
+            str(o["error"]),
+            str(tally.reservations),
+            str(tally.charges),
+            str(tally.compensations),
+        )
+    return table
+
+
+def render(state: StoryState) -> RenderableType:
+    """The whole live view."""
+    if state.chapter is None:
+        header = Text("starting…")
+    else:
+        elapsed = time.monotonic() - state.chapter_started
+        status = "done" if state.done else f"{elapsed:4.1f}s / {state.chapter.seconds:.0f}s"
+        header = Text.assemble(
+            (f"{state.chapter.title}", "bold"), f"  ({status})\n", (state.chapter.caption, "italic")
+        )
+    return Group(
+        Panel(header, title=f"mode {state.topology.mode.value}"),
+        services_table(state),
+        chapters_table(state),
+    )
