@@ -19,7 +19,7 @@ from cascadebreaker.core import (
     TimeWindow,
 )
 
-F, S, I = Outcome.FAILURE, Outcome.SUCCESS, Outcome.IGNORED
+F, S, IGN = Outcome.FAILURE, Outcome.SUCCESS, Outcome.IGNORED
 
 
 def machine(**kw: object) -> BreakerMachine:
@@ -60,7 +60,7 @@ def test_probe_failure_reopens_and_ignored_probe_frees_its_slot() -> None:
     m = machine(policies=(ConsecutiveFailures(1),), backoff=FixedBackoff(5.0))
     m.record(0.0, F, probe=False)
     assert m.admit(5.0)[0] is Admission.PROBE
-    m.record(5.0, I, probe=True)
+    m.record(5.0, IGN, probe=True)
     assert m.admit(5.0)[0] is Admission.PROBE  # the ignored probe gave its slot back
     (t,) = m.record(5.1, F, probe=True)
     assert t.to_state is State.OPEN

@@ -45,8 +45,8 @@ class Reference:
         if kind == "probe":
             if self.state != "HALF_OPEN":
                 return
-            if failed is None:
-                self.granted -= 1
+            if failed is None:  # a released probe frees its slot (never below zero)
+                self.granted = max(0, self.granted - 1)
             elif failed:
                 self.state, self.reopen_at = "OPEN", now + WAIT
             else:
