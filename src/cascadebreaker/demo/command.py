@@ -73,7 +73,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from cascadebreaker.demo.control import remove_state, write_state
     from cascadebreaker.demo.launcher import DemoSystem, LaunchError, sigterm_as_interrupt
     from cascadebreaker.demo.story import StoryState, run_story
-    from cascadebreaker.demo.view import addresses, chapters_table, render
+    from cascadebreaker.demo.view import addresses, render
 
     console = Console()
     mode = Mode(args.mode) if args.mode else default_mode()
@@ -101,8 +101,6 @@ def run_demo(args: argparse.Namespace) -> int:
                         refresh=lambda: live.update(render(state)),
                     )
                 )
-            if not console.is_terminal:
-                console.print(chapters_table(state))
         if args.keep_running:
             console.print(
                 "running; `ccb fault inject courier --mode down`, `ccb fault clear`; Ctrl-C to stop"

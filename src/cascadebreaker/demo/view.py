@@ -13,14 +13,24 @@ from cascadebreaker.demo.story import StoryState
 from cascadebreaker.demo.topology import Topology
 
 # Counters worth a glance per service (the rest stays in /_stats).
-_HEADLINE = {
-    "gateway": ("orders_ok", "orders_failed", "orders_refused", "orders_error"),
-    "order": ("sagas_started", "sagas_failed", "sagas_refused", "compensations"),
-    "inventory": ("reservations_made", "reservations_released", "reservations_active"),
-    "payment": ("charges", "refunds", "charges_failed"),
-    "shipping": ("shipments", "shipments_failed"),
-    "payment-gateway": ("ok", "faulted"),
-    "courier": ("ok", "faulted"),
+_HEADLINE: dict[str, tuple[tuple[str, str], ...]] = {
+    "gateway": (
+        ("orders_ok", "ok"),
+        ("orders_failed", "failed"),
+        ("orders_refused", "refused"),
+        ("orders_error", "err"),
+    ),
+    "order": (
+        ("sagas_started", "sagas"),
+        ("sagas_failed", "failed"),
+        ("sagas_refused", "refused"),
+        ("compensations", "comp"),
+    ),
+    "inventory": (("reservations_made", "reserved"), ("reservations_released", "released")),
+    "payment": (("charges", "charged"), ("refunds", "refunded"), ("charges_failed", "failed")),
+    "shipping": (("shipments", "shipped"), ("shipments_failed", "failed")),
+    "payment-gateway": (("ok", "ok"), ("faulted", "faulted")),
+    "courier": (("ok", "ok"), ("faulted", "faulted")),
 }
 _STATE_STYLE = {"CLOSED": "green", "OPEN": "bold red", "HALF_OPEN": "yellow"}
 
@@ -40,8 +50,10 @@ def _breakers(states: dict[str, str]) -> Text:
     for i, (upstream, state) in enumerate(sorted(states.items())):
         if i:
             text.append(" ")
-        text.append(f"{upstream}:", style="dim")
-        text.append(state.upper(), style=_STATE_STYLE.get(state.upper(), ""))
+        text.append(f"{upstream} ", style="dim")
+        text.append(
+            state.upper().replace("HALF_OPEN", "HALF"), style=_STATE_STYLE.get(state.upper(), "")
+        )
     return text
 
 
@@ -58,7 +70,8 @@ def services_table(state: StoryState) -> Table:
         if view is None:
             table.add_row(name, "?", "", "", "")
             continue
-        work = "  ".join(f"{key}={view.counts.get(key, 0)}" for key in _HEADLINE.get(name, ()))
+        headline = _HEADLINE.get(name, ())
+        work = " ".join(f"{label} {view.counts.get(key, 0)}" for key, label in headline)
         trouble = "; ".join(view.unavailable) or (view.fault or "")
         table.add_row(
             name,
