@@ -291,8 +291,10 @@ class AvailabilityTable:
         work = [e for e in work if e.service == self.service]
         if not work:
             return _NO_UPDATES
-        updates: list[AvailabilityUpdate] = []
-        # Chains only grow and each change re-queues callers; the budget is a safety net.
+        # Endpoint -> state before this propagation; only net changes are sent, so a
+        # transient flip while the fixpoint settles never reaches the wire.
+        before: dict[Endpoint, Unavailability | None] = {}
+        # Each change re-queues callers and chains only grow; the budget is a safety net.
         budget = 64 * (len(self._derived) + len(work) + 16)
         while work and budget > 0:
             budget -= 1
@@ -304,16 +306,21 @@ class AvailabilityTable:
             new = self._derive(endpoint, now)
             if new == current:
                 continue
+            before.setdefault(endpoint, current)
             if new is None:
                 del self._derived[endpoint]
             else:
                 self._derived[endpoint] = new
-            updates.append(self._update(endpoint, new))
             work.extend(c for c in self.graph.callers(endpoint) if c.service == self.service)
         if budget <= 0:
             self.counters["propagation_budget_exhausted"] += 1
+        updates = tuple(
+            self._update(e, self._derived.get(e))
+            for e, old in before.items()
+            if self._derived.get(e) != old
+        )
         self.counters["sent"] += len(updates)
-        return tuple(updates)
+        return updates
 
     def _update(self, endpoint: Endpoint, u: Unavailability | None) -> AvailabilityUpdate:
         wall = self._wall()
