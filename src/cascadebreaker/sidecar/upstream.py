@@ -23,7 +23,7 @@ import contextlib
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -179,7 +179,8 @@ class UpstreamConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport; Nagle off (small heads must leave at once)."""
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports do not subclass asyncio.Transport, hence a cast, not a check.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:

@@ -1,0 +1,139 @@
+"""Admin listener: /healthz, /readyz, /status (JSON) and /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import accumulate
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from cascadebreaker.sidecar.http_server import (
+    ConnectionTracker,
+    Exchange,
+    RequestHead,
+    ServerConnection,
+)
+from cascadebreaker.sidecar.proxy import FixedExchange
+from cascadebreaker.sidecar.routes import Route
+from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.stats import LATENCY_BOUNDS
+from cascadebreaker.sidecar.wire import error_response, json_response, simple_response
+
+_STATES = ("closed", "open", "half_open")
+_PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+class SidecarCollector(Collector):
+    """Reads the sidecar's plain counters at scrape time (nothing Prometheus on the hot path)."""
+
+    def __init__(self, runtime: SidecarRuntime, tracker: ConnectionTracker) -> None:
+        self.runtime = runtime
+        self.tracker = tracker
+
+    def _routes(self) -> Iterator[tuple[str, str, Route]]:
+        for name, route in self.runtime.routes.items():
+            yield "outbound", name, route
+        if self.runtime.app_route is not None:
+            yield "inbound", self.runtime.service, self.runtime.app_route
+
+    def collect(self) -> Iterator[Metric]:
+        """Calls by outcome, breaker states, rejections, latency, connections."""
+        calls = CounterMetricFamily(
+            "ccb_sidecar_calls",
+            "Proxied calls by outcome",
+            labels=["direction", "upstream", "outcome"],
+        )
+        rejections = CounterMetricFamily(
+            "ccb_sidecar_rejections",
+            "Calls refused before reaching the upstream",
+            labels=["direction", "upstream"],
+        )
+        latency = HistogramMetricFamily(
+            "ccb_sidecar_call_duration_seconds",
+            "Time until the last response byte",
+            labels=["direction", "upstream"],
+        )
+        pool = GaugeMetricFamily(
+            "ccb_sidecar_upstream_connections",
+            "Connections to the upstream",
+            labels=["upstream", "state"],
+        )
+        for direction, name, route in self._routes():
+            stats = route.stats
+            for outcome, count in stats.outcomes.items():
+                calls.add_metric([direction, name, outcome], count)
+            rejections.add_metric([direction, name], stats.outcomes["rejected"])
+            cumulative = list(accumulate(stats.latency_buckets))
+            buckets = [
+                (f"{bound:g}", count)
+                for bound, count in zip(LATENCY_BOUNDS, cumulative, strict=False)
+            ]
+            buckets.append(("+Inf", cumulative[-1]))
+            latency.add_metric([direction, name], buckets, stats.latency_sum)
+            pool.add_metric([name, "open"], route.pool.open_count)
+            pool.add_metric([name, "idle"], route.pool.idle_count)
+        state = GaugeMetricFamily(
+            "ccb_sidecar_breaker_state",
+            "1 for the breaker's current state",
+            labels=["upstream", "state"],
+        )
+        for name, route in self.runtime.routes.items():
+            if route.breaker is None:
+                continue
+            current = route.breaker.state.value.lower()
+            for candidate in _STATES:
+                state.add_metric([name, candidate], 1.0 if candidate == current else 0.0)
+        clients = GaugeMetricFamily(
+            "ccb_sidecar_client_connections", "Open client connections (all listeners)"
+        )
+        clients.add_metric([], len(self.tracker.connections))
+        yield from (calls, rejections, latency, state, pool, clients)
+
+
+class AdminHandler:
+    """A tiny router for the admin endpoints."""
+
+    def __init__(self, runtime: SidecarRuntime, tracker: ConnectionTracker) -> None:
+        self.runtime = runtime
+        self.tracker = tracker
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SidecarCollector(runtime, tracker))
+        self.registry.register(ProcessCollector(registry=None))
+
+    def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
+        """Answer one admin request."""
+        path, _, query = request.target.partition(b"?")
+        extra = self.runtime.admin_routes.get(path.decode("latin-1"))
+        if extra is not None and request.method == b"GET":
+            status, payload = extra(query.decode("latin-1"))
+            reply = json_response(status, payload)
+        elif request.method not in (b"GET", b"HEAD"):
+            reply = error_response(405, "method not allowed")
+        elif path == b"/healthz":
+            reply = json_response(200, {"status": "ok"})
+        elif path == b"/readyz":
+            ready = self.runtime.ready and not self.tracker.draining
+            reply = json_response(
+                200 if ready else 503, {"status": "ready" if ready else "not ready"}
+            )
+        elif path == b"/status":
+            reply = json_response(200, self.runtime.status())
+        elif path == b"/metrics":
+            reply = simple_response(200, generate_latest(self.registry), _PROMETHEUS_TEXT)
+        else:
+            reply = error_response(404, "not found", path=path.decode("latin-1"))
+        return FixedExchange(conn, request, lambda close: _with_close(reply, close))
+
+
+def _with_close(reply: bytes, close: bool) -> bytes:
+    if not close:
+        return reply
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return head + b"\r\nconnection: close\r\n\r\n" + body

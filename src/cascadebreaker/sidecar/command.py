@@ -1,0 +1,58 @@
+"""`ccb sidecar --config FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+from cascadebreaker.sidecar.config import ConfigError, SidecarConfig, load_config
+
+
+def register(subparsers: Any) -> None:
+    """Add the `sidecar` subcommand."""
+    parser = subparsers.add_parser("sidecar", help="run the sidecar proxy")
+    parser.add_argument("--config", required=True, metavar="FILE", help="YAML configuration")
+    parser.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Load the config (exit 2 when invalid) and serve until SIGTERM (exit 0)."""
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"ccb sidecar: invalid config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    return serve(config)
+
+
+def serve(config: SidecarConfig) -> int:
+    """Run a sidecar in this process (uvloop when installed)."""
+    from cascadebreaker.sidecar.server import SidecarServer
+
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    async def main() -> None:
+        await SidecarServer(config).run()
+
+    try:
+        _run(main())
+    except OSError as exc:
+        print(f"ccb sidecar: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(coro: Any) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)

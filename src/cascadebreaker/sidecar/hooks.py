@@ -1,0 +1,162 @@
+"""Plug points: hooks the sidecar calls for every inbound and outbound request.
+
+The cascade plugs in here: it sees which endpoint a request serves (or targets), may add headers
+to the forwarded request, may refuse it with a `Rejection` (503 + JSON), and hears the outcome.
+With no hook registered the proxy builds no `RequestInfo` at all (the hot path stays lean).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, Protocol
+
+from cascadebreaker.sidecar.endpoint_hint import route_template
+from cascadebreaker.sidecar.wire import RawHeaders, json_response
+
+log = logging.getLogger("cascadebreaker.sidecar")
+
+RouteResolver = Callable[[str, str, str], str]
+"""(service, method, path) -> route template, e.g. `/v1/charges/{id}`."""
+
+
+def default_route_resolver(service: str, method: str, path: str) -> str:
+    """Fold id-like segments (the stand-in until the cascade's resolver is plugged in)."""
+    return route_template(path)
+
+
+class Direction(StrEnum):
+    """Which listener a request came through."""
+
+    OUTBOUND = "outbound"  # the local app calling an upstream
+    INBOUND = "inbound"  # a caller reaching the local app
+
+
+class Rejection:
+    """Refuse a request instead of forwarding it: `status` + `retry-after` + a JSON body."""
+
+    __slots__ = ("body", "retry_after", "status")
+
+    def __init__(
+        self, body: dict[str, Any], status: int = 503, retry_after: float | None = None
+    ) -> None:
+        self.body = body
+        self.status = status
+        self.retry_after = retry_after
+
+    def to_bytes(self, close: bool = False) -> bytes:
+        """The complete HTTP response."""
+        extra: list[tuple[bytes, bytes]] = []
+        if self.retry_after is not None:
+            # retry-after takes whole seconds; never 0 for an open circuit.
+            extra.append((b"retry-after", b"%d" % max(1, math.ceil(self.retry_after))))
+        return json_response(self.status, self.body, extra, close=close)
+
+
+class RequestInfo:
+    """What a hook knows about one request."""
+
+    __slots__ = (
+        "_route",
+        "_route_resolver",
+        "add_headers",
+        "client",
+        "direction",
+        "headers",
+        "method",
+        "path",
+        "service",
+        "target",
+    )
+
+    def __init__(
+        self,
+        direction: Direction,
+        service: str,
+        target: str,
+        method: str,
+        path: str,
+        headers: RawHeaders,
+        client: str,
+        route_resolver: RouteResolver,
+    ) -> None:
+        self.direction = direction
+        self.service = service  # this sidecar's service
+        self.target = target  # the upstream (outbound) or this service (inbound)
+        self.method = method
+        self.path = path  # as sent to the target, query included
+        self.headers = headers  # as received (raw bytes, original case)
+        self.client = client  # peer address of the downstream connection
+        self.add_headers: RawHeaders = []  # hooks append headers to forward with the request
+        self._route_resolver = route_resolver
+        self._route: str | None = None
+
+    @property
+    def route(self) -> str:
+        """The route template of the target endpoint (computed once, on first use)."""
+        if self._route is None:
+            self._route = self._route_resolver(self.target, self.method, self.path)
+        return self._route
+
+    @property
+    def endpoint(self) -> str:
+        """`METHOD /route/{id}`: the endpoint of `target` this request is served by."""
+        return f"{self.method} {self.route}"
+
+    def header(self, name: str) -> str | None:
+        """The first value of a request header (case-insensitive), decoded as latin-1."""
+        key = name.lower().encode("latin-1")
+        for raw_name, value in self.headers:
+            if raw_name.lower() == key:
+                return value.decode("latin-1")
+        return None
+
+
+class RequestHook(Protocol):
+    """Called on the event loop for every proxied request; must be quick and never block."""
+
+    def on_request(self, info: RequestInfo) -> Rejection | None:
+        """Before forwarding (after the upstream is resolved, before its breaker): None = go."""
+
+    def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
+        """After the response head (or the error reply); outcome: success, failure, rejected."""
+
+
+class HookChain:
+    """The registered hooks, run in order; a hook that raises is logged and skipped."""
+
+    def __init__(self) -> None:
+        self.hooks: list[RequestHook] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks)
+
+    def add(self, hook: RequestHook) -> None:
+        """Register a hook."""
+        self.hooks.append(hook)
+
+    def remove(self, hook: RequestHook) -> None:
+        """Unregister a hook."""
+        self.hooks.remove(hook)
+
+    def on_request(self, info: RequestInfo) -> Rejection | None:
+        """First rejection wins."""
+        for hook in self.hooks:
+            try:
+                rejection = hook.on_request(info)
+            except Exception:
+                log.exception("request hook %r failed; request let through", hook)
+                continue
+            if rejection is not None:
+                return rejection
+        return None
+
+    def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
+        """Tell every hook."""
+        for hook in self.hooks:
+            try:
+                hook.on_response(info, status, outcome)
+            except Exception:
+                log.exception("response hook %r failed", hook)

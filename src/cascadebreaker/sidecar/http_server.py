@@ -1,0 +1,379 @@
+"""The HTTP/1.1 server side: an asyncio.Protocol over httptools, strict about framing and size.
+
+A listener turns each request head into an `Exchange` (via its `RequestHandler`); the connection
+feeds the exchange the request body and lets it write the response. Exchanges of pipelined
+requests wait in line; reading pauses meanwhile so nothing is buffered without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import deque
+from typing import Protocol, cast
+
+import httptools
+
+from cascadebreaker.sidecar.wire import RawHeaders, error_response
+
+
+class RequestHead:
+    """A parsed request line and headers, plus what the parser learnt about framing."""
+
+    __slots__ = (
+        "chunked",
+        "client",
+        "content_length",
+        "expect_continue",
+        "has_connection",
+        "headers",
+        "host",
+        "http10",
+        "keep_alive",
+        "method",
+        "target",
+    )
+
+    def __init__(self, method: bytes, target: bytes, headers: RawHeaders) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.host = b""
+        self.keep_alive = True
+        self.http10 = False
+        self.chunked = False
+        self.content_length: bytes | None = None
+        self.expect_continue = False
+        self.has_connection = False
+        self.client = ""
+
+    @property
+    def has_body(self) -> bool:
+        """Whether a body follows the head."""
+        return self.chunked or (self.content_length is not None and self.content_length != b"0")
+
+
+class Exchange(Protocol):
+    """One request/response on a server connection."""
+
+    def start(self) -> None:
+        """The exchange is first in line: it may write its response."""
+
+    def request_body(self, data: bytes) -> None:
+        """A piece of the de-chunked request body."""
+
+    def request_end(self) -> None:
+        """The request body is complete."""
+
+    def downstream_writable(self, writable: bool) -> None:
+        """Backpressure from the client: stop (False) or resume (True) writing to it."""
+
+    def connection_lost(self) -> None:
+        """The client went away before the response was complete."""
+
+
+class RequestHandler(Protocol):
+    """What a listener does with requests."""
+
+    def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
+        """Make the exchange that will answer `request`."""
+
+
+class Limits:
+    """Per-request bounds."""
+
+    __slots__ = ("max_header_bytes", "max_header_count")
+
+    def __init__(self, max_header_bytes: int = 32768, max_header_count: int = 100) -> None:
+        self.max_header_bytes = max_header_bytes
+        self.max_header_count = max_header_count
+
+
+class ConnectionTracker:
+    """The open connections of a listener group, for draining at shutdown."""
+
+    def __init__(self) -> None:
+        self.connections: set[ServerConnection] = set()
+        self.draining = False
+        self.idle_event = asyncio.Event()
+
+    def drain(self) -> None:
+        """Stop keep-alive: idle connections close now, busy ones after their response."""
+        self.draining = True
+        for conn in list(self.connections):
+            conn.close_if_idle()
+        if not self.connections:
+            self.idle_event.set()
+
+    def abort_all(self) -> None:
+        """Grace is over: cut every connection still open."""
+        for conn in list(self.connections):
+            conn.abort()
+
+    def removed(self, conn: ServerConnection) -> None:
+        """A connection closed."""
+        self.connections.discard(conn)
+        if self.draining and not self.connections:
+            self.idle_event.set()
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ServerConnection(asyncio.Protocol):
+    """One client connection: parses requests and runs their exchanges in order."""
+
+    def __init__(self, handler: RequestHandler, limits: Limits, tracker: ConnectionTracker) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.tracker = tracker
+        self.transport: asyncio.Transport | None = None
+        self.client = ""
+        self.closed = False
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: RawHeaders = []
+        self._head_bytes = 0
+        self._in_head = False
+        self._request: RequestHead | None = None
+        self._active: Exchange | None = None
+        self._receiving: Exchange | None = None
+        self._queue: deque[Exchange] = deque()
+        self._pause_reasons = 0  # bit 1: pipelining, bit 2: upstream backpressure
+        self._writable = True
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Register with the tracker; Nagle off."""
+        # uvloop's transports do not subclass asyncio.Transport, hence a cast, not a check.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client = str(peer[0]) if isinstance(peer, tuple) else ""
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.tracker.connections.add(self)
+        if self.tracker.draining:
+            transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        """Parse; answer framing and size violations with 400/431 and close."""
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._after_upgrade(data, exc)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _BadRequest):
+                self._reject(cause.status, cause.message)
+            else:
+                self._reject(400, "bad request")
+        except httptools.HttpParserError as exc:
+            self._reject(400, f"malformed request: {exc}")
+        else:
+            if self._in_head:
+                # A head still incomplete: bound what the parser buffers for it.
+                self._head_bytes += len(data)
+                if self._head_bytes > self.limits.max_header_bytes:
+                    self._reject(431, "request header fields too large")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Tell the exchanges still running."""
+        self.closed = True
+        self.tracker.removed(self)
+        for exchange in (self._active, self._receiving, *self._queue):
+            if exchange is not None:
+                exchange.connection_lost()
+        self._active = self._receiving = None
+        self._queue.clear()
+
+    def pause_writing(self) -> None:
+        """The client reads slower than the upstream sends."""
+        self._writable = False
+        if self._active is not None:
+            self._active.downstream_writable(False)
+
+    def resume_writing(self) -> None:
+        """The client caught up."""
+        self._writable = True
+        if self._active is not None:
+            self._active.downstream_writable(True)
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        """A new request starts."""
+        self._url = b""
+        self._headers = []
+        self._head_bytes = 0
+        self._in_head = True
+        self._request = None
+
+    def on_url(self, url: bytes) -> None:
+        """Part of the request target."""
+        self._url += url
+        self._head_bytes += len(url)
+        if self._head_bytes > self.limits.max_header_bytes:
+            raise _BadRequest(431, "request header fields too large")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header; enforce count and size limits as they come."""
+        headers = self._headers
+        headers.append((name, value))
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > self.limits.max_header_bytes:
+            raise _BadRequest(431, "request header fields too large")
+        if len(headers) > self.limits.max_header_count:
+            raise _BadRequest(431, "too many request header fields")
+
+    def on_headers_complete(self) -> None:
+        """Validate framing, then hand the request to the listener's handler."""
+        self._in_head = False
+        parser = self._parser
+        request = RequestHead(parser.get_method(), self._url, self._headers)
+        if request.method == b"CONNECT":
+            raise _BadRequest(405, "CONNECT is not supported")
+        _inspect_headers(request)
+        request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
+        request.http10 = parser.get_http_version() == "1.0"
+        request.client = self.client
+        self._request = request
+        if request.expect_continue and self.transport is not None and not request.http10:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        exchange = self.handler.handle(self, request)
+        self._receiving = exchange
+        if self._active is None:
+            self._active = exchange
+            exchange.start()
+        else:
+            self._queue.append(exchange)
+
+    def on_body(self, body: bytes) -> None:
+        """Request body bytes go to the exchange being received."""
+        if self._receiving is not None:
+            self._receiving.request_body(body)
+
+    def on_message_complete(self) -> None:
+        """The request is whole; stop reading if its response must wait its turn."""
+        exchange = self._receiving
+        self._receiving = None
+        if exchange is not None:
+            exchange.request_end()
+            if exchange is not self._active and not self.closed:
+                self.pause_reading(1)
+
+    # -- used by exchanges ------------------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        """False while the client is not keeping up."""
+        return self._writable
+
+    def write(self, data: bytes) -> None:
+        """Write response bytes."""
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        """Write several pieces of response bytes."""
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(pieces)
+
+    def pause_reading(self, reason: int = 2) -> None:
+        """Stop reading from the client (for a pipelined wait or upstream backpressure)."""
+        if not self._pause_reasons and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._pause_reasons |= reason
+
+    def resume_reading(self, reason: int = 2) -> None:
+        """Read from the client again once no reason to pause remains."""
+        if not self._pause_reasons & reason:
+            return
+        self._pause_reasons &= ~reason
+        if not self._pause_reasons and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def response_done(self, exchange: Exchange, keep_alive: bool) -> None:
+        """The exchange wrote its whole response: start the next one or close."""
+        if exchange is not self._active or self.closed:
+            return
+        self._active = None
+        if not keep_alive or (self.tracker.draining and not self._queue):
+            self._close()
+            return
+        if self._queue:
+            self._active = self._queue.popleft()
+            self._active.start()
+        if not self._queue:
+            self.resume_reading(1)
+
+    def close_if_idle(self) -> None:
+        """Close now unless a request is in progress (used when draining)."""
+        if self._active is None and not self._in_head:
+            self._close()
+
+    def abort(self) -> None:
+        """Cut the connection (a response cannot be completed)."""
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+    # -- internals --------------------------------------------------------------------------
+    def _close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def _reject(self, status: int, message: str) -> None:
+        """Answer a request the parser refused, and close (the stream cannot be resynced)."""
+        if self.closed:
+            return
+        if self._active is None and self._receiving is None:
+            self.write(error_response(status, message, close=True))
+            self._close()
+        else:
+            self.abort()
+
+    def _after_upgrade(self, data: bytes, exc: httptools.HttpParserUpgrade) -> None:
+        """Upgrade is hop-by-hop and not supported: serve the request as plain HTTP/1.1."""
+        self._parser = httptools.HttpRequestParser(self)
+        offset = int(exc.args[0]) if exc.args else len(data)
+        if offset < len(data):
+            self.data_received(data[offset:])
+
+
+def _inspect_headers(request: RequestHead) -> None:
+    """Pick out Host and framing headers; reject smuggling-prone combinations (400)."""
+    length: bytes | None = None
+    encoding: bytes | None = None
+    for name, value in request.headers:
+        size = len(name)
+        if size == 4 and name.lower() == b"host":
+            request.host = value
+        elif size == 14 and name.lower() == b"content-length":
+            if length is not None and value.strip() != length:
+                raise _BadRequest(400, "conflicting content-length headers")
+            length = value.strip()
+        elif size == 17 and name.lower() == b"transfer-encoding":
+            if encoding is not None:
+                raise _BadRequest(400, "repeated transfer-encoding header")
+            encoding = value.strip().lower()
+        elif size == 10 and name.lower() == b"connection":
+            request.has_connection = True
+        elif size == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
+            request.expect_continue = True
+    if encoding is not None:
+        if length is not None:
+            raise _BadRequest(400, "both content-length and transfer-encoding")
+        if encoding != b"chunked":
+            raise _BadRequest(400, "unsupported transfer-encoding")
+        request.chunked = True
+    elif length is not None:
+        if not length.isdigit():
+            raise _BadRequest(400, "invalid content-length")
+        request.content_length = length

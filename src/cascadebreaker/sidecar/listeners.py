@@ -1,0 +1,101 @@
+"""Request handlers of the outbound and inbound listeners: which route, which path."""
+
+from __future__ import annotations
+
+from cascadebreaker.sidecar.hooks import Direction
+from cascadebreaker.sidecar.http_server import Exchange, RequestHead, ServerConnection
+from cascadebreaker.sidecar.proxy import FixedExchange, ProxyExchange
+from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.wire import error_response
+
+
+def split_outbound_target(
+    request: RequestHead, known_hosts: dict[bytes, object]
+) -> tuple[bytes, bytes] | None:
+    """(upstream name, path for the upstream) of an outbound request, None if unparseable.
+
+    Absolute form (`GET http://payment/v1/x`, an HTTP proxy client) names the upstream by host;
+    origin form uses `Host: payment` when that is an upstream, else the first path segment
+    (`/payment/v1/x`).
+    """
+    target = request.target
+    if target[:1] == b"/":
+        if request.host:
+            host = request.host.rsplit(b":", 1)[0] if b"]" not in request.host else request.host
+            host = host.lower()
+            if host in known_hosts:
+                return host, target
+        end = len(target)
+        for sep in (b"/", b"?"):
+            found = target.find(sep, 1)
+            if 0 < found < end:
+                end = found
+        path = target[end:]
+        if path[:1] == b"?":
+            path = b"/" + path
+        return target[1:end], path or b"/"
+    if target[:7].lower() == b"http://":
+        slash = target.find(b"/", 7)
+        authority = target[7:] if slash < 0 else target[7:slash]
+        path = b"/" if slash < 0 else target[slash:]
+        if path[:1] != b"/":
+            path = b"/" + path
+        host = authority.rsplit(b"@", 1)[-1]
+        if b"]" not in host:
+            host = host.rsplit(b":", 1)[0]
+        return host.lower(), path
+    return None
+
+
+class OutboundHandler:
+    """The app's calls to its upstreams."""
+
+    def __init__(self, runtime: SidecarRuntime) -> None:
+        self.runtime = runtime
+
+    def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
+        """Resolve the upstream; 404 JSON when there is no such upstream."""
+        runtime = self.runtime
+        split = split_outbound_target(request, runtime.routes_by_host)  # type: ignore[arg-type]
+        if split is None:
+            return FixedExchange(
+                conn,
+                request,
+                lambda close: error_response(
+                    400, "request target must be a path or an http:// URL", close
+                ),
+            )
+        name, path = split
+        route = runtime.routes_by_host.get(name.lower())
+        if route is None:
+            upstream = name.decode("latin-1")
+            return FixedExchange(
+                conn,
+                request,
+                lambda close: error_response(404, "unknown upstream", close, upstream=upstream),
+            )
+        return ProxyExchange(runtime, conn, request, route, path, Direction.OUTBOUND)
+
+
+class InboundHandler:
+    """Callers reaching the local app."""
+
+    def __init__(self, runtime: SidecarRuntime) -> None:
+        self.runtime = runtime
+        assert runtime.app_route is not None
+        self.route = runtime.app_route
+
+    def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
+        """Forward to the app, origin-form path kept."""
+        target = request.target
+        if target[:1] != b"/":
+            if target[:7].lower() == b"http://":
+                slash = target.find(b"/", 7)
+                target = b"/" if slash < 0 else target[slash:]
+            elif target == b"*":
+                target = b"*"
+            else:
+                return FixedExchange(
+                    conn, request, lambda close: error_response(400, "bad request target", close)
+                )
+        return ProxyExchange(self.runtime, conn, request, self.route, target, Direction.INBOUND)

@@ -1,0 +1,451 @@
+"""The proxy's exchanges: stream one request to an upstream and its response back, or reply.
+
+Callback-driven (no task per request): the server connection feeds the request in, the
+upstream connection feeds the response back, backpressure is passed across both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from cascadebreaker import CircuitOpenError
+from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
+from cascadebreaker.sidecar.upstream import (
+    UpstreamConnection,
+    UpstreamError,
+    UpstreamReset,
+)
+from cascadebreaker.sidecar.wire import (
+    LAST_CHUNK,
+    RawHeaders,
+    chunk,
+    error_response,
+    forwardable,
+    request_head,
+    response_head,
+)
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.routes import Route
+    from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+ReplyBuilder = Callable[[bool], bytes]
+"""Builds a complete response; the argument says whether it must close the connection."""
+
+# A reply may wait for a request body this small to arrive (keeping the connection alive);
+# bigger bodies get the reply at once and the connection closed.
+_DEFER_BODY_LIMIT = 65536
+_PENDING_LIMIT = 262144
+_ERRORS = {
+    "timeout": "upstream timeout",
+    "connect": "upstream unreachable",
+    "reset": "upstream connection reset",
+    "protocol": "bad upstream response",
+}
+
+
+def rejection_for_open_circuit(upstream: str, error: Any) -> Rejection:
+    """The 503 reply for an open breaker (from a CircuitOpenError)."""
+    retry_after = float(getattr(error, "retry_after", 0.0) or 0.0)
+    state = getattr(error, "state", "open")
+    return Rejection(
+        {
+            "error": "circuit open",
+            "upstream": upstream,
+            "circuitState": str(getattr(state, "value", state)),
+            "retryAfter": round(retry_after, 3),
+        },
+        status=503,
+        retry_after=retry_after,
+    )
+
+
+class FixedExchange:
+    """Answers with a ready response, after the (small) request body has been read."""
+
+    __slots__ = ("_deferred", "conn", "finished", "request", "request_done")
+
+    def __init__(
+        self, conn: ServerConnection, request: RequestHead, reply: ReplyBuilder | None = None
+    ) -> None:
+        self.conn = conn
+        self.request = request
+        self.request_done = not request.has_body
+        self.finished = False
+        self._deferred: ReplyBuilder | None = reply
+
+    def start(self) -> None:
+        """Reply now if the request is complete (else at request_end)."""
+        if self._deferred is not None:
+            reply = self._deferred
+            self._deferred = None
+            self.reply(reply)
+
+    def reply(self, build: ReplyBuilder) -> None:
+        """Send a complete response, waiting for a small request body first."""
+        self.finished = True
+        if self.request_done:
+            keep_alive = self.request.keep_alive and not self.conn.tracker.draining
+            self.conn.write(build(not keep_alive))
+            self.conn.response_done(self, keep_alive)
+            return
+        length = self.request.content_length
+        if length is not None and int(length) <= _DEFER_BODY_LIMIT:
+            self._deferred = build
+        else:
+            self.conn.write(build(True))
+            self.conn.response_done(self, False)
+
+    def request_body(self, data: bytes) -> None:
+        """Discarded."""
+
+    def request_end(self) -> None:
+        """Send a reply that waited for the body."""
+        self.request_done = True
+        if self.finished and self._deferred is not None:
+            build = self._deferred
+            self._deferred = None
+            self.reply(build)
+
+    def downstream_writable(self, writable: bool) -> None:
+        """Nothing streams."""
+
+    def connection_lost(self) -> None:
+        """Nothing to clean up."""
+        self.finished = True
+        self._deferred = None
+
+
+class ProxyExchange(FixedExchange):
+    """Forwards one request to a route's upstream and streams the response back."""
+
+    __slots__ = (
+        "_head",
+        "_pending",
+        "_pending_size",
+        "attempt",
+        "chunked_out",
+        "direction",
+        "head_sent",
+        "info",
+        "keep_alive",
+        "path",
+        "permit",
+        "route",
+        "runtime",
+        "started_at",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        runtime: SidecarRuntime,
+        conn: ServerConnection,
+        request: RequestHead,
+        route: Route,
+        path: bytes,
+        direction: Direction,
+    ) -> None:
+        super().__init__(conn, request)
+        self.runtime = runtime
+        self.route = route
+        self.path = path
+        self.direction = direction
+        self.upstream: UpstreamConnection | None = None
+        self.permit: Any = None
+        self.info: RequestInfo | None = None
+        self.head_sent = False
+        self.chunked_out = False
+        self.keep_alive = request.keep_alive
+        self.attempt = 0
+        self.started_at = 0.0
+        self._head = b""
+        self._pending: list[bytes] | None = []
+        self._pending_size = 0
+
+    # -- Exchange ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Hooks, then the breaker, then an upstream connection."""
+        route = self.route
+        self.started_at = route.pool.loop.time()
+        runtime = self.runtime
+        if runtime.hooks:
+            info = self.info = RequestInfo(
+                self.direction,
+                runtime.service,
+                route.name,
+                self.request.method.decode(),
+                self.path.decode("latin-1"),
+                self.request.headers,
+                self.request.client,
+                runtime.route_resolver,
+            )
+            rejection = runtime.hooks.on_request(info)
+            if rejection is not None:
+                self._reject(rejection)
+                return
+        if not self._acquire():
+            return
+        route.budget.deposit()
+        self._dispatch()
+
+    def request_body(self, data: bytes) -> None:
+        """Stream to the upstream (or hold until it is connected)."""
+        if self.finished:
+            return
+        pieces = chunk(data) if self.request.chunked else [data]
+        self._forward(pieces)
+
+    def request_end(self) -> None:
+        """Terminate a chunked request body."""
+        self.request_done = True
+        if self.finished:
+            super().request_end()
+            return
+        if self.request.chunked:
+            self._forward([LAST_CHUNK])
+
+    def downstream_writable(self, writable: bool) -> None:
+        """Pause the upstream while the client is slow."""
+        if self.upstream is not None:
+            if writable:
+                self.upstream.resume_reading()
+            else:
+                self.upstream.pause_reading()
+
+    def connection_lost(self) -> None:
+        """The client left: drop the upstream exchange, release a probe slot."""
+        super().connection_lost()
+        if self.upstream is not None:
+            self.upstream.abort()
+            self.upstream = None
+        if self.permit is not None:
+            self.permit.ignore()
+            self.permit = None
+            self.route.stats.count("cancelled")
+
+    # -- ResponseSink -----------------------------------------------------------------------
+    def response_head(
+        self,
+        status: int,
+        reason: bytes,
+        headers: RawHeaders,
+        chunked: bool,
+        content_length: int | None,
+    ) -> None:
+        """Record the outcome and write the response head."""
+        route = self.route
+        failed = route.is_failure(status)
+        if failed and status in route.retry_statuses and self._may_retry():
+            self._record(False, None, "failure_status")
+            if self.upstream is not None:
+                self.upstream.abort()
+                self.upstream = None
+            self._retry()
+            return
+        self._record(not failed, None, "failure_status" if failed else "success")
+        keep_alive = self.keep_alive and not self.conn.tracker.draining
+        if self.request.method == b"HEAD":
+            framing = b""  # the upstream's content-length passes through
+            out = forwardable(headers, True)
+            out += [(n, v) for n, v in headers if n.lower() == b"content-length"]
+        else:
+            out = forwardable(headers, True)
+            if content_length is not None:
+                framing = b"content-length: %d\r\n" % content_length
+            elif self.request.http10:
+                framing = b""
+                keep_alive = False
+            else:
+                framing = b"transfer-encoding: chunked\r\n"
+                self.chunked_out = True
+        if not keep_alive:
+            framing += b"connection: close\r\n"
+        self.keep_alive = keep_alive
+        out.append((b"via", self.runtime.via))
+        self.conn.write(response_head(status, reason, out, framing))
+        self.head_sent = True
+        if not self.conn.writable and self.upstream is not None:
+            self.upstream.pause_reading()
+        if self.info is not None:
+            self.runtime.hooks.on_response(self.info, status, "failure" if failed else "success")
+
+    def response_body(self, data: bytes) -> None:
+        """Stream a piece of the body to the client."""
+        if self.chunked_out:
+            self.conn.writelines(chunk(data))
+        else:
+            self.conn.write(data)
+
+    def response_end(self) -> None:
+        """Finish the response; the upstream connection is already back in its pool."""
+        self.upstream = None
+        if self.finished:
+            return
+        if self.chunked_out:
+            self.conn.write(LAST_CHUNK)
+        self.finished = True
+        route = self.route
+        route.stats.observe(route.pool.loop.time() - self.started_at)
+        self.conn.response_done(self, self.keep_alive and self.request_done)
+
+    def response_failed(self, error: UpstreamError) -> None:
+        """Replay, retry, answer 502/504, or cut a response already under way."""
+        self.upstream = None
+        if self.finished:
+            return
+        route = self.route
+        if self.head_sent:
+            route.stats.count("reset")
+            self.finished = True
+            self.conn.abort()
+            return
+        if (
+            isinstance(error, UpstreamReset)
+            and error.reused
+            and not error.response_started
+            and not self.request.has_body
+            and self.attempt < 2
+        ):
+            # A keep-alive connection the upstream had closed: replay on a fresh one, unrecorded.
+            self.attempt += 1
+            self._connect_new()
+            return
+        self._record(False, error, error.kind)
+        if self._may_retry():
+            self._retry()
+            return
+        status = error.status
+        message = _ERRORS.get(error.kind, "upstream error")
+        if self.info is not None:
+            self.runtime.hooks.on_response(self.info, status, "failure")
+        route.stats.observe(route.pool.loop.time() - self.started_at)
+        self.reply(
+            lambda close: error_response(
+                status, message, close, upstream=route.name, detail=error.detail
+            )
+        )
+
+    def upstream_writable(self, writable: bool) -> None:
+        """Stop reading the client's body while the upstream is not taking it."""
+        if writable:
+            self.conn.resume_reading(2)
+        else:
+            self.conn.pause_reading(2)
+
+    # -- internals --------------------------------------------------------------------------
+    def _acquire(self) -> bool:
+        breaker = self.route.breaker
+        if breaker is None:
+            return True
+        try:
+            self.permit = breaker.acquire()
+        except CircuitOpenError as exc:
+            self._reject(rejection_for_open_circuit(self.route.name, exc))
+            return False
+        return True
+
+    def _reject(self, rejection: Rejection) -> None:
+        self.route.stats.count("rejected")
+        if self.info is not None:
+            self.runtime.hooks.on_response(self.info, rejection.status, "rejected")
+        self.reply(rejection.to_bytes)
+
+    def _record(self, success: bool, error: Exception | None, outcome: str) -> None:
+        self.route.stats.count(outcome)
+        permit = self.permit
+        if permit is not None:
+            self.permit = None
+            if success:
+                permit.success()
+            else:
+                permit.failure(error)
+
+    def _may_retry(self) -> bool:
+        route = self.route
+        return (
+            self.attempt < route.retry_attempts
+            and not self.request.has_body
+            and not self.head_sent
+            and route.budget.withdraw()
+        )
+
+    def _retry(self) -> None:
+        self.attempt += 1
+        if self._acquire():
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        conn = self.route.pool.acquire_nowait()
+        if conn is None:
+            self._connect_new()
+        else:
+            self._send(conn)
+
+    def _connect_new(self) -> None:
+        task = self.route.pool.loop.create_task(self.route.pool.connect())
+        task.add_done_callback(self._connected)
+
+    def _connected(self, task: asyncio.Task[UpstreamConnection]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            conn = task.result()
+            if self.finished:
+                self.route.pool.release(conn)  # the client left meanwhile; keep it for later
+            else:
+                self._send(conn)
+        elif isinstance(error, UpstreamError):
+            self.response_failed(error)
+        else:
+            self.response_failed(UpstreamError(self.route.name, str(error)))
+
+    def _send(self, upstream: UpstreamConnection) -> None:
+        if not self._head:
+            self._head = self._build_head()
+        self.upstream = upstream
+        pending = self._pending
+        body = b""
+        if pending:
+            body = b"".join(pending)
+            if self._pending_size > _PENDING_LIMIT:
+                self.conn.resume_reading(2)
+        self._pending = None
+        upstream.send(self._head, self, self.route.timeout, self.request.method == b"HEAD", body)
+
+    def _forward(self, pieces: list[bytes]) -> None:
+        if self._pending is None:
+            if self.upstream is not None:
+                self.upstream.writelines(pieces)
+            return
+        self._pending += pieces
+        self._pending_size += sum(len(p) for p in pieces)
+        if self._pending_size > _PENDING_LIMIT:
+            self.conn.pause_reading(2)
+
+    def _build_head(self) -> bytes:
+        request = self.request
+        headers = forwardable(request.headers, request.has_connection)
+        headers.append((b"via", self.runtime.via))
+        if self.direction is Direction.INBOUND and request.client:
+            headers.append((b"x-forwarded-for", request.client.encode()))
+        if self.info is not None and self.info.add_headers:
+            headers += self.info.add_headers
+        if request.chunked:
+            framing = b"transfer-encoding: chunked\r\n"
+        elif request.content_length is not None:
+            framing = b"content-length: " + request.content_length + b"\r\n"
+        else:
+            framing = b""
+        route = self.route
+        return request_head(
+            request.method,
+            route.pool.target.base_path + self.path,
+            route.pool.target.authority,
+            headers,
+            framing,
+        )

@@ -1,0 +1,91 @@
+"""A route: everything the proxy needs to forward to one upstream (pool, breaker, policy)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cascadebreaker.sidecar.config import RetryConfig, UpstreamConfig
+from cascadebreaker.sidecar.stats import RouteStats
+from cascadebreaker.sidecar.upstream import UpstreamPool
+
+if TYPE_CHECKING:
+    from cascadebreaker import CircuitBreaker
+
+
+class RetryBudget:
+    """Retries may add `ratio` of the calls made, plus `min_per_second`; keeps retry storms out."""
+
+    __slots__ = ("_cap", "_clock", "_last", "_min_per_second", "_ratio", "_tokens")
+
+    def __init__(
+        self, ratio: float, min_per_second: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ratio = ratio
+        self._min_per_second = min_per_second
+        self._cap = max(1.0, min_per_second * 10.0)
+        self._clock = clock
+        self._last = clock()
+        self._tokens = self._cap
+
+    def deposit(self) -> None:
+        """An original (non-retry) call was made."""
+        self._tokens = min(self._cap, self._tokens + self._ratio)
+
+    def withdraw(self) -> bool:
+        """Spend one retry if the budget allows it."""
+        now = self._clock()
+        self._tokens = min(self._cap, self._tokens + (now - self._last) * self._min_per_second)
+        self._last = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+
+class Route:
+    """One upstream as the proxy sees it."""
+
+    __slots__ = (
+        "breaker",
+        "budget",
+        "failure_table",
+        "name",
+        "pool",
+        "retry_attempts",
+        "retry_statuses",
+        "stats",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        pool: UpstreamPool,
+        breaker: CircuitBreaker | None,
+        failure_table: tuple[bool, ...],
+        timeout: float,
+        retries: RetryConfig | None = None,
+    ) -> None:
+        self.name = name
+        self.pool = pool
+        self.breaker = breaker
+        self.failure_table = failure_table
+        self.timeout = timeout
+        self.stats = RouteStats()
+        retries = retries or RetryConfig()
+        self.retry_attempts = retries.attempts
+        self.retry_statuses = frozenset(retries.on_statuses)
+        self.budget = RetryBudget(retries.budget.ratio, retries.budget.min_per_second)
+
+    @classmethod
+    def from_config(
+        cls, name: str, config: UpstreamConfig, pool: UpstreamPool, breaker: CircuitBreaker | None
+    ) -> Route:
+        """Build from an `upstreams.<name>` section."""
+        return cls(name, pool, breaker, config.failure_table(), config.timeout, config.retries)
+
+    def is_failure(self, status: int) -> bool:
+        """Whether the breaker counts this status as a failure."""
+        return status < 600 and self.failure_table[status]

@@ -1,0 +1,227 @@
+"""The sidecar's shared state: routes with their pools and breakers, hooks, and the call API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cascadebreaker import CircuitBreaker, CircuitOpenError, MemoryStore
+from cascadebreaker.sidecar.config import SidecarConfig, UpstreamConfig
+from cascadebreaker.sidecar.hooks import (
+    Direction,
+    HookChain,
+    Rejection,
+    RequestInfo,
+    RouteResolver,
+    default_route_resolver,
+)
+from cascadebreaker.sidecar.proxy import rejection_for_open_circuit
+from cascadebreaker.sidecar.routes import Route
+from cascadebreaker.sidecar.upstream import (
+    UpstreamClient,
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+    UpstreamTarget,
+)
+
+
+class UnknownUpstream(LookupError):
+    """No upstream of that name is configured."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(f"unknown upstream {upstream!r}")
+        self.upstream = upstream
+
+
+class CallRejected(Exception):
+    """The call was refused before reaching the upstream (open circuit or a hook)."""
+
+    def __init__(self, upstream: str, rejection: Rejection) -> None:
+        super().__init__(f"{upstream}: {rejection.body.get('error', 'rejected')}")
+        self.upstream = upstream
+        self.rejection = rejection
+
+
+def build_store(url: str, namespace: str) -> Any:
+    """The breaker store named by `store:` in the config."""
+    if url == "memory":
+        return MemoryStore()
+    from cascadebreaker import RedisStore  # needs the redis extra
+
+    return RedisStore.from_url(url, namespace=namespace)
+
+
+def _target(name: str, config: UpstreamConfig) -> UpstreamTarget:
+    return UpstreamTarget.from_url(
+        name,
+        config.url,
+        timeout=config.timeout,
+        connect_timeout=config.connect_timeout,
+        max_idle=config.max_idle_connections,
+        host_header=config.host_header,
+    )
+
+
+AdminRoute = Callable[[str], tuple[int, dict[str, Any]]]
+"""An extra admin endpoint: query string -> (status, JSON body)."""
+
+
+class SidecarRuntime:
+    """Everything the listeners share. Build it inside the running event loop."""
+
+    def __init__(
+        self,
+        config: SidecarConfig,
+        loop: asyncio.AbstractEventLoop | None = None,
+        store: Any = None,
+    ) -> None:
+        self.config = config
+        self.service = config.service
+        self.via = b"1.1 " + config.service.encode()
+        self.loop = loop or asyncio.get_running_loop()
+        self.store = store if store is not None else build_store(config.store, config.service)
+        self.client = UpstreamClient(
+            (_target(name, up) for name, up in config.upstreams.items()), self.loop
+        )
+        self.routes: dict[str, Route] = {}
+        for name, up in config.upstreams.items():
+            breaker = CircuitBreaker(
+                name,
+                failure_threshold=up.breaker.failure_threshold,
+                recovery_timeout=up.breaker.recovery_timeout,
+                half_open_max_calls=up.breaker.half_open_max_calls,
+                store=self.store,
+            )
+            self.routes[name] = Route.from_config(name, up, self.client.pool(name), breaker)
+        self.routes_by_host = {name.lower().encode(): route for name, route in self.routes.items()}
+        self.app_route: Route | None = None
+        if config.app is not None:
+            app = UpstreamConfig(url=config.app, timeout=60.0, failure_statuses=())
+            pool = UpstreamPool(_target(config.service, app), self.loop)
+            self.app_route = Route.from_config(config.service, app, pool, None)
+        self.hooks = HookChain()
+        self.route_resolver: RouteResolver = default_route_resolver
+        # Extra admin endpoints by path (e.g. the cascade's "/availability").
+        self.admin_routes: dict[str, AdminRoute] = {}
+        self.started_at = time.time()
+        self.ready = False
+
+    def breaker(self, upstream: str) -> CircuitBreaker:
+        """The breaker of an upstream (UnknownUpstream when not configured)."""
+        route = self.routes.get(upstream)
+        if route is None or route.breaker is None:
+            raise UnknownUpstream(upstream)
+        return route.breaker
+
+    def check(self, upstream: str) -> dict[str, Any]:
+        """Whether `upstream` would be called now: {callable, state, retryAfter}."""
+        breaker = self.breaker(upstream)
+        state = breaker.state.value.lower()
+        return {
+            "upstream": upstream,
+            "callable": state != "open",
+            "state": state,
+            "retryAfter": round(breaker.retry_after, 3),
+        }
+
+    async def call(
+        self,
+        upstream: str,
+        method: str,
+        path: str,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+        body: bytes = b"",
+        timeout: float | None = None,  # noqa: ASYNC109 - per read
+    ) -> UpstreamResponse:
+        """One REST call through hooks, breaker and pool, as the outbound listener makes it.
+
+        Raises UnknownUpstream, CallRejected (open circuit / hook; `.rejection` has the facts) or
+        an UpstreamError subclass (connect 502, timeout 504, reset, protocol); a 5xx response is
+        returned, not raised (it is recorded as a failure).
+        """
+        route = self.routes.get(upstream)
+        if route is None:
+            raise UnknownUpstream(upstream)
+        started = self.loop.time()
+        info: RequestInfo | None = None
+        if self.hooks:
+            raw = [
+                (n.encode("latin-1"), v.encode("latin-1"))
+                for n, v in (headers.items() if isinstance(headers, Mapping) else headers)
+            ]
+            info = RequestInfo(
+                Direction.OUTBOUND,
+                self.service,
+                upstream,
+                method.upper(),
+                path,
+                raw,
+                "grpc",
+                self.route_resolver,
+            )
+            rejection = self.hooks.on_request(info)
+            if rejection is not None:
+                route.stats.count("rejected")
+                raise CallRejected(upstream, rejection)
+            if info.add_headers:
+                headers = [
+                    *(headers.items() if isinstance(headers, Mapping) else headers),
+                    *((n.decode("latin-1"), v.decode("latin-1")) for n, v in info.add_headers),
+                ]
+        assert route.breaker is not None
+        try:
+            permit = route.breaker.acquire()
+        except CircuitOpenError as exc:
+            route.stats.count("rejected")
+            raise CallRejected(upstream, rejection_for_open_circuit(upstream, exc)) from None
+        try:
+            response = await self.client.request(upstream, method, path, headers, body, timeout)
+        except UpstreamError as exc:
+            permit.failure(exc)
+            route.stats.count(exc.kind)
+            if info is not None:
+                self.hooks.on_response(info, exc.status, "failure")
+            raise
+        except BaseException:
+            permit.ignore()
+            route.stats.count("cancelled")
+            raise
+        failed = route.is_failure(response.status)
+        if failed:
+            permit.failure(None)
+        else:
+            permit.success()
+        route.stats.count("failure_status" if failed else "success")
+        route.stats.observe(self.loop.time() - started)
+        if info is not None:
+            self.hooks.on_response(info, response.status, "failure" if failed else "success")
+        return response
+
+    def status(self) -> dict[str, Any]:
+        """The /status document."""
+        breakers: dict[str, Any] = {}
+        for name, route in self.routes.items():
+            assert route.breaker is not None
+            snapshot = dict(route.breaker.snapshot())
+            snapshot["state"] = route.breaker.state.value.lower()
+            snapshot["retryAfter"] = round(route.breaker.retry_after, 3)
+            snapshot["calls"] = route.stats.snapshot()
+            snapshot["connections"] = {"open": route.pool.open_count, "idle": route.pool.idle_count}
+            breakers[name] = snapshot
+        inbound = self.app_route.stats.snapshot() if self.app_route is not None else None
+        return {
+            "service": self.service,
+            "uptime": round(time.time() - self.started_at, 3),
+            "store": "memory" if self.config.store == "memory" else "redis",
+            "breakers": breakers,
+            "inbound": inbound,
+        }
+
+    def close(self) -> None:
+        """Close every upstream connection."""
+        self.client.close()
+        if self.app_route is not None:
+            self.app_route.pool.close()

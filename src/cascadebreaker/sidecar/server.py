@@ -1,0 +1,128 @@
+"""The sidecar process: listeners up, SIGTERM handling, draining in-flight requests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+from typing import Any
+
+from cascadebreaker.sidecar.admin import AdminHandler
+from cascadebreaker.sidecar.config import HostPort, SidecarConfig
+from cascadebreaker.sidecar.http_server import (
+    ConnectionTracker,
+    Limits,
+    RequestHandler,
+    ServerConnection,
+)
+from cascadebreaker.sidecar.listeners import InboundHandler, OutboundHandler
+from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+log = logging.getLogger("cascadebreaker.sidecar")
+
+
+class SidecarServer:
+    """Owns the runtime and the listeners of one sidecar."""
+
+    def __init__(self, config: SidecarConfig, store: Any = None) -> None:
+        self.config = config
+        self._store = store
+        self.runtime: SidecarRuntime | None = None
+        self.tracker = ConnectionTracker()
+        self.servers: dict[str, asyncio.Server] = {}
+        self._grpc: Any = None
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        """Build the runtime and bind every configured listener."""
+        config = self.config
+        runtime = self.runtime = SidecarRuntime(config, store=self._store)
+        limits = Limits(config.limits.max_header_bytes, config.limits.max_header_count)
+        listen = config.listen
+        handlers: list[tuple[str, HostPort | None, RequestHandler]] = [
+            ("outbound", listen.outbound, OutboundHandler(runtime)),
+            ("admin", listen.admin, AdminHandler(runtime, self.tracker)),
+        ]
+        if runtime.app_route is not None:
+            handlers.append(("inbound", listen.inbound, InboundHandler(runtime)))
+        for name, address, handler in handlers:
+            if address is not None:
+                self.servers[name] = await self._listen(address, handler, limits)
+        if listen.grpc is not None:
+            self._grpc = await _start_grpc(runtime, listen.grpc)
+        runtime.ready = True
+        log.info(
+            "sidecar %s up: %s",
+            config.service,
+            ", ".join(f"{name} {self.address(name)}" for name in self.servers),
+        )
+
+    async def _listen(
+        self, address: HostPort, handler: RequestHandler, limits: Limits
+    ) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        tracker = self.tracker
+        return await loop.create_server(
+            lambda: ServerConnection(handler, limits, tracker),
+            address.host,
+            address.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+
+    def address(self, listener: str) -> str:
+        """`host:port` a listener is bound to (resolves port 0)."""
+        sock = self.servers[listener].sockets[0]
+        host, port = sock.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def request_stop(self) -> None:
+        """Ask `run()` to drain and return (signal handlers call this)."""
+        self._stopping.set()
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish within the grace period, close."""
+        if self.runtime is not None:
+            self.runtime.ready = False
+        for server in self.servers.values():
+            server.close()
+        grace = self.config.shutdown_grace
+        grpc_stop = self._grpc.stop(grace) if self._grpc is not None else None
+        self.tracker.drain()
+        try:
+            async with asyncio.timeout(grace):
+                await self.tracker.idle_event.wait()
+        except TimeoutError:
+            log.warning("grace period over: cutting %d connections", len(self.tracker.connections))
+            self.tracker.abort_all()
+        if grpc_stop is not None:
+            await grpc_stop
+        if self.runtime is not None:
+            self.runtime.close()
+
+    async def run(self) -> None:
+        """Serve until SIGTERM/SIGINT, then drain."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        await self._stopping.wait()
+        log.info("sidecar %s: draining", self.config.service)
+        await self.stop()
+
+
+async def _start_grpc(runtime: SidecarRuntime, address: HostPort) -> Any:
+    """Start the gRPC API if its module is built (`grpc_api.start(runtime, address)`)."""
+    try:
+        module = importlib.import_module("cascadebreaker.sidecar.grpc_api")
+    except ImportError as exc:
+        log.warning("gRPC listener disabled: %s", exc)
+        return None
+    start = getattr(module, "start", None)
+    if start is None:
+        log.warning("gRPC listener disabled: grpc_api has no start(runtime, address)")
+        return None
+    return await start(runtime, address)

@@ -1,0 +1,60 @@
+"""Per-route call counters and a latency histogram: plain ints on the hot path, read at scrape."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+# Seconds; the last bucket is +Inf.
+LATENCY_BOUNDS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+OUTCOMES = (
+    "success",
+    "failure_status",
+    "timeout",
+    "connect",
+    "reset",
+    "protocol",
+    "rejected",
+    "cancelled",
+)
+
+
+class RouteStats:
+    """Counters of one upstream (or of the inbound app route)."""
+
+    __slots__ = ("latency_buckets", "latency_count", "latency_sum", "outcomes")
+
+    def __init__(self) -> None:
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self.latency_buckets = [0] * (len(LATENCY_BOUNDS) + 1)
+        self.latency_sum = 0.0
+        self.latency_count = 0
+
+    def count(self, outcome: str) -> None:
+        """Count one call by its outcome."""
+        self.outcomes[outcome] += 1
+
+    def observe(self, seconds: float) -> None:
+        """Record one call's duration (until the last response byte)."""
+        self.latency_buckets[bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        self.latency_sum += seconds
+        self.latency_count += 1
+
+    def snapshot(self) -> dict[str, int]:
+        """Outcome counts, for /status."""
+        return dict(self.outcomes)
