@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     def fetch() -> str:
-        with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback only
+        with urllib.request.urlopen(url, timeout=2) as resp:
             return str(resp.read().decode())
 
     def fallback(reason: FallbackReason) -> str:
