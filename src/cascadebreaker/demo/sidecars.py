@@ -30,7 +30,7 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
             upstream: {
                 # A peer with a sidecar is reached through its inbound listener (mesh shape).
                 "url": topology.service(upstream).ingress_url,
-                "timeout": t.call_timeout,
+                "timeout": topology.call_timeout(upstream),
                 "breaker": {
                     "failure_threshold": t.failure_threshold,
                     "recovery_timeout": t.recovery_timeout,

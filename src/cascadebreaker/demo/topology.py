@@ -38,6 +38,11 @@ EXTERNAL = frozenset({"payment-gateway", "courier"})
 START_ORDER = ("payment-gateway", "courier", "inventory", "payment", "shipping", "order", "gateway")
 
 
+def _budget(service: str) -> int:
+    """Call-timeout units a call to `service` may take: itself plus its calls, in sequence."""
+    return 1 + sum(_budget(upstream) for upstream in CALLS[service])
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:
@@ -137,6 +142,14 @@ class Topology:
         if spec.sidecar is not None:
             return f"http://{HOST}:{spec.sidecar.outbound}/{upstream}"
         return self.service(upstream).app_url
+
+    def call_timeout(self, upstream: str) -> float:
+        """Timeout of a call to `upstream`: long enough for its own calls to time out first.
+
+        A caller that gives up before its upstream's upstream does turns a clean, compensated
+        failure into an unknown outcome; so each hop waits for the sequential worst case below it.
+        """
+        return self.timings.call_timeout * _budget(upstream)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-friendly form (what the state file and the service processes read)."""

@@ -47,6 +47,7 @@ class Stats:
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()
+        self.last_traceparent: str | None = None  # lets tests check that traces propagate
 
     def incr(self, name: str, n: int = 1) -> None:
         """Add n to one counter."""
@@ -90,6 +91,7 @@ class TraceAndCount:
             traceparent = new_traceparent()
         if not str(scope["path"]).startswith(_PLUMBING):
             self.stats.incr("requests")
+            self.stats.last_traceparent = traceparent
         token = current_traceparent.set(traceparent)
         try:
             await self.app(scope, receive, send)
@@ -207,7 +209,6 @@ class ServiceContext:
 
     def open_clients(self) -> None:
         """Create the shared HTTP client, the downstreams and (plain mode) their breakers."""
-        timings = self.topology.timings
         # trust_env=False: a proxy configured in the environment must not hijack loopback calls.
         self.client = httpx.AsyncClient(
             trust_env=False,
@@ -218,7 +219,7 @@ class ServiceContext:
                 upstream,
                 self.topology.upstream_base_url(self.name, upstream),
                 self.client,
-                timings.call_timeout,
+                self.topology.call_timeout(upstream),
                 self.stats,
                 _make_breaker(f"{self.name}->{upstream}", self.topology)
                 if self.topology.mode is Mode.PLAIN
@@ -235,7 +236,11 @@ class ServiceContext:
 
     def stats_body(self) -> dict[str, Any]:
         """The body of GET /_stats: counters plus the state of in-process breakers."""
-        body: dict[str, Any] = {"service": self.name, "counts": self.stats.snapshot()}
+        body: dict[str, Any] = {
+            "service": self.name,
+            "counts": self.stats.snapshot(),
+            "last_traceparent": self.stats.last_traceparent,
+        }
         breakers = {name: d.breaker.snapshot() for name, d in self.downstreams.items() if d.breaker}
         if breakers:
             body["breakers"] = breakers
