@@ -1,0 +1,355 @@
+"""RedisStore: breakers shared by every process and host using the same name and namespace.
+
+Keys: one hash per breaker, ``ccb:<namespace>:<name>``, refreshed to expire after `key_ttl`.
+Channel: ``ccb:<namespace>``, carrying state changes (and "a failure run started") as JSON.
+Threads: one subscriber (keeps local views current, detects outages, resynchronises) and one
+flusher (batched outcomes, urgent trips, probe results, manual control) per store.
+See docs/redis.md for the consistency model and failure behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from ..core.config import BreakerConfig
+from ..core.state import Outcome
+from .base import Clock
+from .redis_scripts import RemoteState, load_sources
+from .redis_slot import RedisSlot
+
+log = logging.getLogger("cascadebreaker.redis")
+
+# Errors that mean "Redis is unreachable or unwell"; never raised into a caller.
+REDIS_ERRORS = (RedisError, OSError)
+_OUTCOME_CODES = {Outcome.SUCCESS: "S", Outcome.FAILURE: "F", Outcome.IGNORED: "I"}
+
+Op = tuple[str, RedisSlot, tuple[Any, ...]]  # (script name, slot, script-specific args)
+
+
+class RedisStore:
+    """Breaker state shared through Redis: atomic Lua transitions, local views kept current by
+    pub/sub, outcomes reported in the background. Redis errors never reach the caller."""
+
+    def __init__(
+        self,
+        client_or_url: redis.Redis | str,
+        namespace: str = "default",
+        *,
+        key_ttl: float = 86400.0,
+        flush_interval: float = 0.005,
+        probe_lease: float | None = None,
+        half_open_poll: float = 0.05,
+        max_pending: int = 10_000,
+        socket_timeout: float = 0.25,
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError(f"namespace must be a non-empty string, got {namespace!r}")
+        for setting, value in (
+            ("key_ttl", key_ttl),
+            ("flush_interval", flush_interval),
+            ("half_open_poll", half_open_poll),
+            ("socket_timeout", socket_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{setting} must be > 0, got {value!r}")
+        if probe_lease is not None and not probe_lease > 0:
+            raise ValueError(f"probe_lease must be > 0, got {probe_lease!r}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        if isinstance(client_or_url, str):
+            # Fail fast, no retries: a caller on the probe path must not wait out an outage.
+            client_or_url = redis.Redis.from_url(
+                client_or_url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_timeout,
+                retry=Retry(NoBackoff(), 0),
+            )
+        self.client: redis.Redis = client_or_url
+        self.namespace = namespace
+        self.channel = f"ccb:{namespace}"
+        self.key_ttl_ms = int(key_ttl * 1000)
+        self.flush_interval = flush_interval
+        self.probe_lease = probe_lease
+        self.half_open_poll = half_open_poll
+        self.max_pending = max_pending
+        self.dropped = 0  # background messages dropped (queue full, or Redis down)
+        self.online = True
+        self._scripts = {
+            name: self.client.register_script(src) for name, src in load_sources().items()
+        }
+        self._slots: dict[str, RedisSlot] = {}
+        self._slots_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._urgent: deque[Op] = deque()
+        self._pending: set[RedisSlot] = set()
+        self._closed = False
+        self._subscribed = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._subscribe_loop, name="ccb-redis-sub", daemon=True),
+            threading.Thread(target=self._flush_loop, name="ccb-redis-flush", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str = "default", **options: Any) -> RedisStore:
+        """Connect to the Redis at `url` (redis://host:port/db)."""
+        return cls(url, namespace, **options)
+
+    # -- the Store protocol ------------------------------------------------------------------
+
+    def key(self, name: str) -> str:
+        """The Redis key of breaker `name`."""
+        return f"ccb:{self.namespace}:{name}"
+
+    def slot(self, name: str, config: BreakerConfig, clock: Clock) -> RedisSlot:
+        """Return the slot for `name`, joining the fleet's shared state on first use."""
+        with self._slots_lock:
+            existing = self._slots.get(name)
+            if existing is not None:
+                if existing.config != config:
+                    log.warning(
+                        "breaker %r already exists in this store; keeping its first settings", name
+                    )
+                return existing
+            slot = self._slots[name] = RedisSlot(self, name, config, clock)
+        if self.online:
+            try:
+                self._resync(slot)
+            except REDIS_ERRORS as exc:
+                self._mark_offline(exc)
+        return slot
+
+    def names(self) -> list[str]:
+        """Names of the breakers held."""
+        with self._slots_lock:
+            return sorted(self._slots)
+
+    def wait_ready(self, timeout: float = 5.0) -> bool:
+        """Block until the subscriber listens (tests and start-up ordering); False on timeout."""
+        return self._subscribed.wait(timeout)
+
+    def close(self) -> None:
+        """Flush what is queued (best effort), stop the threads and release connections."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        with contextlib.suppress(*REDIS_ERRORS):
+            self.client.close()
+
+    # -- calls from slots --------------------------------------------------------------------
+
+    def run_admit(self, slot: RedisSlot) -> RemoteState | None:
+        """Ask Redis for admission off the closed path (inline); None when Redis is unreachable."""
+        c = slot.config
+        lease = self.probe_lease or max(10.0, c.backoff.delay(1, 0.5))
+        cap = c.max_half_open_time or 0.0
+        try:
+            reply = self._run(
+                "admit", slot, (c.half_open_max_calls, _ms(lease), _ms(cap), _ms(slot.next_wait()))
+            )
+        except REDIS_ERRORS as exc:
+            self._mark_offline(exc)
+            return None
+        return RemoteState.from_reply(reply)
+
+    def send_trip(self, slot: RedisSlot, reason: str) -> None:
+        """Queue a local trip for immediate push."""
+        self._urgent_op(("trip", slot, (slot.remote_version, _ms(slot.next_wait()), reason, 0)))
+
+    def send_probe(self, slot: RedisSlot, round_version: int, outcome: Outcome) -> None:
+        """Queue a probe outcome for immediate push."""
+        c = slot.config
+        args = (round_version, _OUTCOME_CODES[outcome], c.success_threshold, _ms(slot.next_wait()))
+        self._urgent_op(("probe", slot, args))
+
+    def send_control(self, slot: RedisSlot, action: str) -> None:
+        """Queue a manual control action for immediate push."""
+        self._urgent_op(("control", slot, (action,)))
+
+    def mark_pending(self, slot: RedisSlot) -> None:
+        """Note that `slot` has batched outcomes to report."""
+        with self._cond:
+            if slot not in self._pending:
+                self._pending.add(slot)
+                if len(self._pending) == 1:
+                    self._cond.notify()
+
+    def _urgent_op(self, op: Op) -> None:
+        with self._cond:
+            if len(self._urgent) >= self.max_pending:
+                self.dropped += 1
+                return
+            self._urgent.append(op)
+            self._cond.notify()
+
+    def _run(self, script: str, slot: RedisSlot, args: tuple[Any, ...]) -> Any:
+        base = (slot.name, self.channel, self.key_ttl_ms)
+        return self._scripts[script](keys=[slot.key], args=[*base, *args])
+
+    # -- the flusher -------------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cond:
+                if not self._urgent and not self._closed:
+                    watching = any(s.shared_dirty for s in self._slots_snapshot())
+                    # With only batched work (or a fleet failure run to reset), let a batch form.
+                    self._cond.wait(self.flush_interval if self._pending or watching else 1.0)
+                urgent, self._urgent = list(self._urgent), deque()
+                pending, self._pending = self._pending, set()
+                closing = self._closed
+            try:
+                self._flush(urgent, pending)
+            except Exception:  # the flusher must outlive any bug in one batch
+                log.exception("cascadebreaker: Redis flush failed")
+            if closing:
+                return
+
+    def _flush(self, urgent: list[Op], pending: set[RedisSlot]) -> None:
+        watching = {s for s in self._slots_snapshot() if s.shared_dirty}
+        if not self.online:
+            self._park(urgent)
+            for slot in pending | watching:
+                slot.take_report()  # a failure count from before an outage is stale news
+            return
+        ops = list(urgent)
+        for slot in pending | watching:
+            report = slot.take_report()
+            if report is not None:
+                lead, had, tail = report
+                wait = _ms(slot.next_wait())
+                ops.append(("report", slot, (lead, int(had), tail, slot.threshold, wait)))
+        if not ops:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            base = (self.channel, self.key_ttl_ms)
+            for script, slot, args in ops:
+                self._scripts[script](keys=[slot.key], args=[slot.name, *base, *args], client=pipe)
+            replies = pipe.execute(raise_on_error=False)
+        except REDIS_ERRORS as exc:
+            self._mark_offline(exc)
+            self._park(urgent)
+            return
+        for (script, slot, _), reply in zip(ops, replies, strict=True):
+            if isinstance(reply, Exception):
+                log.error(
+                    "cascadebreaker: Redis script %s failed for %r: %s", script, slot.name, reply
+                )
+                continue
+            slot.apply(RemoteState.from_reply(reply))
+
+    def _park(self, ops: list[Op]) -> None:
+        """Redis is down: keep what must survive the outage on the slots, drop the rest."""
+        for script, slot, args in ops:
+            if script == "trip":
+                slot.pending_trip = True
+            elif script == "control":
+                slot.pending_control = args[0]
+            else:
+                self.dropped += 1  # a probe result: the round is decided afresh after the outage
+
+    # -- the subscriber ----------------------------------------------------------------------
+
+    def _subscribe_loop(self) -> None:
+        pubsub: Any = None
+        delay = 0.05
+        while not self._closed:
+            try:
+                if pubsub is None:
+                    pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                    pubsub.subscribe(self.channel)
+                    self._recover()
+                    delay = 0.05
+                    self._subscribed.set()
+                message = pubsub.get_message(timeout=0.2)
+                if message is not None and message.get("type") == "message":
+                    self._on_message(message["data"])
+                elif not self.online:
+                    self._recover()  # the flusher saw an error but our connection is fine
+            except REDIS_ERRORS as exc:
+                self._mark_offline(exc)
+                _close_quietly(pubsub)
+                pubsub = None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        _close_quietly(pubsub)
+
+    def _on_message(self, data: bytes | str) -> None:
+        try:
+            message = json.loads(data)
+            slot = self._slots.get(str(message["n"]))
+            if slot is None:
+                return
+            if "c" in message:
+                slot.shared_dirty = True  # another process started a failure run
+            else:
+                slot.apply(RemoteState.from_message(message))
+        except (ValueError, KeyError, TypeError):
+            log.warning("cascadebreaker: ignoring malformed message on %s: %r", self.channel, data)
+
+    def _recover(self) -> None:
+        """(Re)connected: bring every slot in line with Redis, then go online."""
+        for slot in self._slots_snapshot():
+            self._resync(slot)
+        if not self.online:
+            self.online = True
+            log.warning(
+                "cascadebreaker: Redis reachable again; namespace %r resynchronised", self.namespace
+            )
+
+    def _resync(self, slot: RedisSlot) -> None:
+        """Adopt the shared state, pushing first what the fleet missed while we were cut off."""
+        if slot.pending_control is not None:
+            slot.apply(RemoteState.from_reply(self._run("control", slot, (slot.pending_control,))))
+            slot.pending_control = None
+        remote = RemoteState.from_reply(self._run("read", slot, ()))
+        m = slot.machine
+        local_open = m.visible_state is not m.state.CLOSED
+        if remote.state is remote.state.CLOSED and (
+            slot.pending_trip or (remote.fresh and local_open)
+        ):
+            # A trip the fleet never heard of (or a state Redis lost) is fresh news: push it.
+            wait = max(0.0, m.open_until - slot.clock()) if m.state is m.state.OPEN else 0.0
+            reason = m.reason or "tripped while Redis was unreachable"
+            remote = RemoteState.from_reply(self._run("trip", slot, (0, _ms(wait), reason, 1)))
+        slot.pending_trip = False
+        slot.apply(remote, force=True)
+
+    def _mark_offline(self, exc: BaseException) -> None:
+        if self.online:
+            self.online = False
+            # Logged once per outage, never per call.
+            log.warning(
+                "cascadebreaker: Redis unreachable (%s); namespace %r continues on local state",
+                exc,
+                self.namespace,
+            )
+
+    def _slots_snapshot(self) -> list[RedisSlot]:
+        with self._slots_lock:
+            return list(self._slots.values())
+
+
+def _ms(seconds: float) -> int:
+    return max(0, int(seconds * 1000))
+
+
+def _close_quietly(pubsub: Any) -> None:
+    if pubsub is not None:
+        with contextlib.suppress(*REDIS_ERRORS):
+            pubsub.close()

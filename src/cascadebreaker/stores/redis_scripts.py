@@ -1,0 +1,70 @@
+"""The Lua side of RedisStore: script loading, argument packing and reply parsing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..core.state import Admission, Mode, State
+
+SCRIPT_NAMES = ("admit", "report", "trip", "probe", "control", "read")
+
+
+def _source(name: str) -> str:
+    lua = resources.files("cascadebreaker.stores").joinpath("lua")
+    return lua.joinpath("common.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+
+
+def load_sources() -> dict[str, str]:
+    """Every script, each with the shared prelude prepended."""
+    return {name: _source(name) for name in SCRIPT_NAMES}
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteState:
+    """The shared state of one breaker as Redis last reported it."""
+
+    state: State
+    mode: Mode
+    version: int
+    remaining: float  # seconds until an OPEN circuit admits probes
+    opens: int
+    reason: str
+    admission: Admission = Admission.ADMIT
+    fails: int | None = None  # shared consecutive-failure count, when the script reports it
+    lease_remaining: float = 0.0  # seconds until the half-open probe lease runs out
+    fresh: bool = False  # the key did not exist (new breaker, or Redis lost its data)
+
+    @classmethod
+    def from_reply(cls, reply: list[Any]) -> RemoteState:
+        """Parse a script reply: {admission, state, mode, version, remaining_ms, opens, reason,
+        fails, lease_remaining_ms, fresh}."""
+        return cls(
+            state=State(_text(reply[1])),
+            mode=Mode(_text(reply[2])),
+            version=int(reply[3]),
+            remaining=int(reply[4]) / 1000.0,
+            opens=int(reply[5]),
+            reason=_text(reply[6]),
+            admission=Admission(int(reply[0])),
+            fails=int(reply[7]),
+            lease_remaining=int(reply[8]) / 1000.0,
+            fresh=bool(int(reply[9])),
+        )
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> RemoteState:
+        """Parse a pub/sub state message: {n, s, m, v, r, o, w}."""
+        return cls(
+            state=State(message["s"]),
+            mode=Mode(message["m"]),
+            version=int(message["v"]),
+            remaining=float(message["r"]) / 1000.0,
+            opens=int(message["o"]),
+            reason=str(message["w"]),
+        )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
