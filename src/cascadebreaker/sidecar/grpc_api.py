@@ -1,0 +1,299 @@
+"""The sidecar's gRPC API (ccb.v1.Sidecar): `Call`, `Check` and `Watch` on a grpc.aio server.
+
+`Call` goes through `SidecarRuntime.call`, the same hooks (cascade), breaker, timeout and
+keep-alive pool as the outbound HTTP listener; this module only maps requests and errors::
+
+    UnknownUpstream      -> NOT_FOUND
+    CallRejected         -> UNAVAILABLE + trailing `ccb-rejection-bin` (a serialized Rejection)
+    UpstreamTimeout      -> DEADLINE_EXCEEDED + `ccb-upstream-error: timeout`
+    other UpstreamError  -> UNAVAILABLE + `ccb-upstream-error: connect|reset|protocol|error`
+    BadArgument          -> INVALID_ARGUMENT
+
+`Watch` streams from an injectable `UpdateSource` (the cascade plugs in its own); by default the
+stream stays open and silent until the subscriber cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn, Protocol
+
+import grpc
+
+from cascadebreaker import State
+from cascadebreaker.cascade.endpoints import Endpoint
+from cascadebreaker.cascade.trust import SERVING_ENDPOINT_HEADER
+from cascadebreaker.cascade.updates import AvailabilityUpdate, CauseChain
+from cascadebreaker.sidecar.config import SidecarConfig
+from cascadebreaker.sidecar.grpc_messages import (
+    BadArgument,
+    cause_chain_to_proto,
+    circuit_state,
+    headers_to_proto,
+    rejection_to_proto,
+    retry_after_ms,
+    update_to_proto,
+    validate_call,
+    validate_endpoint,
+)
+from cascadebreaker.sidecar.hooks import RouteResolver
+from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc as pb_grpc
+from cascadebreaker.sidecar.routes import Route
+from cascadebreaker.sidecar.runtime import CallRejected, UnknownUpstream
+from cascadebreaker.sidecar.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
+
+__all__ = [
+    "REJECTION_METADATA",
+    "UPSTREAM_ERROR_METADATA",
+    "AvailabilityView",
+    "GrpcServer",
+    "SidecarService",
+    "UpdateSource",
+    "WatchSubscription",
+    "start_grpc_server",
+]
+
+log = logging.getLogger("cascadebreaker.sidecar.grpc")
+
+REJECTION_METADATA = "ccb-rejection-bin"
+UPSTREAM_ERROR_METADATA = "ccb-upstream-error"
+
+
+class CallRuntime(Protocol):
+    """What the gRPC API needs from the sidecar (`SidecarRuntime` provides it)."""
+
+    routes: Mapping[str, Route]
+    route_resolver: RouteResolver
+
+    async def call(
+        self,
+        upstream: str,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        timeout: float | None,  # noqa: ASYNC109 - per read, as in the HTTP path
+    ) -> UpstreamResponse:
+        """One REST call through hooks, breaker and pool."""
+        ...
+
+
+class Unavailable(Protocol):
+    """Why an endpoint is unavailable (the cascade's `Unavailability`)."""
+
+    @property
+    def cause_chain(self) -> CauseChain:
+        """Root first."""
+        ...
+
+    @property
+    def expires_at(self) -> float:
+        """Unix wall seconds."""
+        ...
+
+
+class AvailabilityView(Protocol):
+    """The cascade's view of target endpoints (`AvailabilityTable` fits)."""
+
+    def check(self, endpoint: Endpoint) -> Unavailable | None:
+        """None when `endpoint` is available now."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSubscription:
+    """One `Watch` call: who subscribes, which endpoints (empty = all), from which version."""
+
+    subscriber_service: str
+    endpoints: tuple[str, ...]
+    since_version: int
+    peer: str
+
+
+UpdateSource = Callable[[WatchSubscription], AsyncIterator[AvailabilityUpdate]]
+"""Yields the updates for one subscriber until it cancels (the cascade implements this)."""
+
+
+async def no_updates(subscription: WatchSubscription) -> AsyncIterator[AvailabilityUpdate]:
+    """The default update source: nothing ever changes; the stream stays open until cancelled."""
+    await asyncio.Event().wait()
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
+class SidecarService:
+    """The ccb.v1.Sidecar servicer (registered by `start_grpc_server`)."""
+
+    def __init__(
+        self,
+        runtime: CallRuntime,
+        availability: AvailabilityView | None = None,
+        update_source: UpdateSource = no_updates,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runtime = runtime
+        self.availability = availability
+        self.update_source = update_source
+        self._wall = wall_clock
+
+    async def Call(self, request: Any, context: Any) -> Any:
+        """One REST call to an upstream through the sidecar."""
+        try:
+            method, headers = validate_call(request)
+        except BadArgument as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        upstream = request.upstream
+        route = self.runtime.routes.get(upstream)
+        if route is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
+        if request.serving_endpoint:
+            headers.append((SERVING_ENDPOINT_HEADER, request.serving_endpoint))
+        try:
+            response = await self.runtime.call(
+                upstream,
+                method,
+                request.path,
+                headers,
+                request.body,
+                _timeout(route, request.timeout_ms, context.time_remaining()),
+            )
+        except UnknownUpstream as exc:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
+        except CallRejected as exc:
+            rejection = exc.rejection
+            message = rejection_to_proto(upstream, rejection.body, rejection.retry_after)
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"{upstream}: {rejection.body.get('error', 'rejected')}",
+                trailing_metadata=((REJECTION_METADATA, message.SerializeToString()),),
+            )
+        except UpstreamTimeout as exc:
+            await _abort(
+                context,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                str(exc),
+                trailing_metadata=((UPSTREAM_ERROR_METADATA, exc.kind),),
+            )
+        except UpstreamError as exc:
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                str(exc),
+                trailing_metadata=((UPSTREAM_ERROR_METADATA, exc.kind),),
+            )
+        return pb.CallResponse(
+            status=response.status,
+            headers=headers_to_proto(response.headers),
+            body=response.body,
+        )
+
+    async def Check(self, request: Any, context: Any) -> Any:
+        """Whether an upstream, or one endpoint of it, may be called now."""
+        upstream = request.upstream
+        if not upstream:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "upstream: required")
+        route = self.runtime.routes.get(upstream)
+        if route is None or route.breaker is None:
+            await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
+        target = Endpoint.service_wide(upstream)
+        if request.endpoint:
+            try:
+                method, path = validate_endpoint(request.endpoint)
+            except BadArgument as exc:
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            target = Endpoint(upstream, method, self.runtime.route_resolver(upstream, method, path))
+        breaker = route.breaker
+        state = breaker.state
+        wait = breaker.retry_after
+        # An OPEN breaker whose wait is over admits the next call as a probe: callable.
+        blocked = state is State.OPEN and wait > 0
+        chain: CauseChain = ()
+        if self.availability is not None:
+            unavailable = self.availability.check(target)
+            if unavailable is not None:
+                chain = unavailable.cause_chain
+                wait = max(wait if blocked else 0.0, unavailable.expires_at - self._wall())
+        return pb.CheckResponse(
+            available=not blocked and not chain,
+            circuit_state=circuit_state(state),
+            retry_after_ms=retry_after_ms(wait) if blocked or chain else 0,
+            cause_chain=cause_chain_to_proto(chain),
+        )
+
+    async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """Stream availability updates of this service's endpoints to a subscribing sidecar."""
+        for text in request.endpoints:
+            try:
+                validate_endpoint(text, "endpoints")
+            except BadArgument as exc:
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        subscription = WatchSubscription(
+            subscriber_service=request.subscriber_service,
+            endpoints=tuple(request.endpoints),
+            since_version=request.since_version,
+            peer=context.peer(),
+        )
+        async for update in self.update_source(subscription):
+            yield update_to_proto(update)
+
+
+async def _abort(
+    context: Any, code: Any, details: str, trailing_metadata: tuple[tuple[str, Any], ...] = ()
+) -> NoReturn:
+    """End the call with a status (grpc.aio's abort raises; this tells the type checker so)."""
+    await context.abort(code, details, trailing_metadata=trailing_metadata)
+    raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+def _timeout(route: Route, timeout_ms: int, remaining: float | None) -> float | None:
+    """The per-read timeout: the request's, else the upstream's, capped by the gRPC deadline."""
+    timeout = timeout_ms / 1000 if timeout_ms else None
+    if remaining is None:
+        return timeout
+    return min(timeout if timeout is not None else route.timeout, max(remaining, 0.001))
+
+
+@dataclass
+class GrpcServer:
+    """A running gRPC listener."""
+
+    server: Any
+    port: int
+    service: SidecarService
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting calls; in-flight calls get `grace` seconds to finish."""
+        await self.server.stop(grace)
+
+
+async def start_grpc_server(
+    config: SidecarConfig,
+    runtime: CallRuntime,
+    *,
+    availability: AvailabilityView | None = None,
+    update_source: UpdateSource = no_updates,
+) -> GrpcServer | None:
+    """Serve ccb.v1.Sidecar on `listen.grpc` (None when that listener is disabled)."""
+    address = config.listen.grpc
+    if address is None:
+        return None
+    # SO_REUSEPORT is on by default in gRPC: a second sidecar would share the port silently.
+    server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
+    service = SidecarService(runtime, availability, update_source)
+    pb_grpc.add_SidecarServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    host = f"[{address.host}]" if ":" in address.host else address.host
+    try:
+        port = server.add_insecure_port(f"{host}:{address.port}")
+    except RuntimeError as exc:
+        raise OSError(f"listen.grpc: cannot bind {address}: {exc}") from exc
+    if port == 0:
+        raise OSError(f"listen.grpc: cannot bind {address}")
+    await server.start()
+    log.info("gRPC API listening on %s:%d", address.host, port)
+    return GrpcServer(server, port, service)

@@ -1,0 +1,195 @@
+"""Conversions between the ccb.v1 protobuf messages and the sidecar's and cascade's own types.
+
+Pure functions: request validation (raising `BadArgument` with a message naming the field),
+rejections and cause chains to `Rejection` / `Cause`, availability updates both ways.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cascadebreaker.cascade.endpoints import Endpoint
+from cascadebreaker.cascade.updates import AvailabilityUpdate, Cause, CauseChain
+from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
+
+__all__ = [
+    "FOREVER_MS",
+    "BadArgument",
+    "cause_chain_to_proto",
+    "circuit_state",
+    "headers_to_proto",
+    "rejection_to_proto",
+    "retry_after_ms",
+    "update_from_proto",
+    "update_to_proto",
+    "validate_call",
+    "validate_endpoint",
+]
+
+# retry_after_ms for a circuit that only an operator can close (forced open).
+FOREVER_MS = 2**64 - 1
+
+_METHOD = re.compile(r"^[A-Za-z]{1,32}$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+_BAD_VALUE = re.compile(r"[\x00\r\n]")
+_BAD_PATH = re.compile(r"[\x00-\x20\x7f]")
+_MAX_PATH = 8192
+_MAX_HEADERS = 100
+_STATES: dict[str, pb.CircuitState] = {
+    "closed": pb.CIRCUIT_STATE_CLOSED,
+    "open": pb.CIRCUIT_STATE_OPEN,
+    "half_open": pb.CIRCUIT_STATE_HALF_OPEN,
+}
+
+
+class BadArgument(ValueError):
+    """A request field is malformed; the message names the field (INVALID_ARGUMENT)."""
+
+
+def validate_call(request: Any) -> tuple[str, list[tuple[str, str]]]:
+    """Check a CallRequest; return its method (default GET) and headers as pairs."""
+    if not request.upstream:
+        raise BadArgument("upstream: required")
+    method = request.method or "GET"
+    if not _METHOD.match(method):
+        raise BadArgument(f"method: {method!r} is not an HTTP method")
+    path = request.path
+    if not path.startswith("/") or len(path) > _MAX_PATH or _BAD_PATH.search(path):
+        raise BadArgument("path: must start with '/' and hold no spaces or control characters")
+    if len(request.headers) > _MAX_HEADERS:
+        raise BadArgument(f"headers: at most {_MAX_HEADERS}")
+    headers: list[tuple[str, str]] = []
+    for header in request.headers:
+        if not _TOKEN.match(header.name):
+            raise BadArgument(f"headers: {header.name!r} is not a header name")
+        if _BAD_VALUE.search(header.value) or not _latin1(header.value):
+            raise BadArgument(f"headers: the value of {header.name!r} is not a header value")
+        headers.append((header.name, header.value))
+    if request.serving_endpoint:
+        validate_endpoint(request.serving_endpoint, "serving_endpoint")
+    return method.upper(), headers
+
+
+def validate_endpoint(text: str, field: str = "endpoint") -> tuple[str, str]:
+    """Split `METHOD /route` into (method, route); BadArgument naming `field` otherwise."""
+    method, _, route = text.partition(" ")
+    if not _METHOD.match(method) or not route.startswith("/") or _BAD_PATH.search(route):
+        raise BadArgument(f"{field}: must be 'METHOD /route', got {text!r}")
+    return method.upper(), route
+
+
+def _wire_endpoint(service: str, text: str) -> Endpoint:
+    """An endpoint as updates carry it, case kept (the signature covers it); `* *` allowed."""
+    method, _, route = text.partition(" ")
+    if method != "*" and not _METHOD.match(method):
+        raise BadArgument(f"endpoint: must be 'METHOD /route', got {text!r}")
+    if route != "*" and (not route.startswith("/") or _BAD_PATH.search(route)):
+        raise BadArgument(f"endpoint: must be 'METHOD /route', got {text!r}")
+    try:
+        return Endpoint(service, method, route)
+    except ValueError as exc:
+        raise BadArgument(f"endpoint: {exc}") from exc
+
+
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def circuit_state(state: Any) -> pb.CircuitState:
+    """A core `State` (or its string value) as the CircuitState enum number."""
+    return _STATES.get(str(getattr(state, "value", state)).lower(), pb.CIRCUIT_STATE_UNSPECIFIED)
+
+
+def retry_after_ms(seconds: float) -> int:
+    """Seconds to whole milliseconds (rounded up); infinity (forced open) to FOREVER_MS."""
+    if not math.isfinite(seconds):
+        return FOREVER_MS
+    return max(0, math.ceil(seconds * 1000))
+
+
+def _cause_to_proto(endpoint: Endpoint, reason: str) -> Any:
+    return pb.Cause(
+        service=endpoint.service, endpoint=f"{endpoint.method} {endpoint.template}", reason=reason
+    )
+
+
+def cause_chain_to_proto(chain: CauseChain) -> list[Any]:
+    """A cascade cause chain (root first) as `Cause` messages."""
+    return [_cause_to_proto(c.endpoint, c.reason) for c in chain]
+
+
+def _causes_from_json(items: Any) -> list[Any]:
+    """Cause chain items of a JSON rejection body: `{endpoint: "svc METHOD /route", reason}`."""
+    causes = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, Mapping):
+            continue
+        text, reason = str(item.get("endpoint", "")), str(item.get("reason", ""))
+        try:
+            endpoint = Endpoint.parse(text)
+        except ValueError:
+            causes.append(
+                pb.Cause(service=str(item.get("service", "")), endpoint=text, reason=reason)
+            )
+            continue
+        causes.append(_cause_to_proto(endpoint, reason))
+    return causes
+
+
+def rejection_to_proto(upstream: str, body: Mapping[str, Any], retry_after: float | None) -> Any:
+    """A sidecar rejection (the JSON body of its 503) as a `Rejection` message."""
+    chain = body.get("causeChain", body.get("cause_chain"))
+    seconds = retry_after if retry_after is not None else float(body.get("retryAfter") or 0.0)
+    return pb.Rejection(
+        upstream=str(body.get("upstream") or upstream),
+        circuit_state=circuit_state(body.get("circuitState", "")),
+        retry_after_ms=retry_after_ms(seconds),
+        cause_chain=_causes_from_json(chain),
+        reason="circuit_open" if body.get("error") == "circuit open" else "cascade",
+    )
+
+
+def update_to_proto(update: AvailabilityUpdate) -> Any:
+    """A cascade availability update as its protobuf message (signature hex to raw bytes)."""
+    return pb.AvailabilityUpdate(
+        service=update.service,
+        endpoint=f"{update.endpoint.method} {update.endpoint.template}",
+        available=update.available,
+        cause_chain=cause_chain_to_proto(update.cause_chain),
+        expires_at_unix_ms=round(update.expires_at * 1000),
+        version=update.version,
+        signature=bytes.fromhex(update.signature) if update.signature else b"",
+    )
+
+
+def update_from_proto(message: Any) -> AvailabilityUpdate:
+    """The protobuf message back to a cascade update; ValueError when an endpoint is malformed.
+
+    The cascade's `verify` then checks the signature: the canonical form round-trips exactly
+    because expiry travels as integer milliseconds.
+    """
+    chain = tuple(
+        Cause(_wire_endpoint(cause.service, cause.endpoint), cause.reason)
+        for cause in message.cause_chain
+    )
+    return AvailabilityUpdate(
+        service=message.service,
+        endpoint=_wire_endpoint(message.service, message.endpoint),
+        available=message.available,
+        cause_chain=chain,
+        expires_at=message.expires_at_unix_ms / 1000,
+        version=message.version,
+        signature=message.signature.hex(),
+    )
+
+
+def headers_to_proto(headers: Iterable[tuple[str, str]]) -> list[Any]:
+    """Header pairs as `Header` messages, order and duplicates kept."""
+    return [pb.Header(name=name, value=value) for name, value in headers]

@@ -1,0 +1,129 @@
+"""Fixtures for the gRPC API tier: a real HTTP upstream, a sidecar runtime with its gRPC
+listener on a free port, and a grpcio (aio) client stub."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import grpc
+import pytest
+
+from cascadebreaker.sidecar.config import parse_config
+from cascadebreaker.sidecar.grpc_api import GrpcServer, start_grpc_server
+from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
+from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """`/status/<code>` answers that status; `?delay=s` waits first; every reply echoes the
+    request (method, path, headers as pairs, body) as JSON."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        url = urlsplit(self.path)
+        delay = float(parse_qs(url.query).get("delay", ["0"])[0])
+        if delay:
+            time.sleep(delay)
+        parts = url.path.strip("/").split("/")
+        status = int(parts[1]) if len(parts) == 2 and parts[0] == "status" else 200
+        echo = {
+            "method": self.command,
+            "path": self.path,
+            "headers": [[n.lower(), v] for n, v in self.headers.items()],
+            "body": body.decode("latin-1"),
+        }
+        payload = json.dumps(echo).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("x-upstream", "one")
+        self.send_header("x-upstream", "two")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        # The sidecar hangs up on a timed-out exchange: not an error of this server.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def upstream_server() -> Iterator[str]:
+    """A threaded HTTP/1.1 keep-alive server on a free loopback port; yields its URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class GrpcSidecar:
+    """A sidecar runtime serving the gRPC API, and a client stub connected to it."""
+
+    runtime: SidecarRuntime
+    server: GrpcServer
+    channel: Any
+    stub: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def sidecar_config(upstream_url: str, grpc_port: int) -> Any:
+    """A config with a healthy upstream, one that trips after 2 failures, and a dead one."""
+    return parse_config(
+        {
+            "service": "checkout",
+            "listen": {
+                "outbound": None,
+                "inbound": None,
+                "admin": None,
+                "grpc": f"127.0.0.1:{grpc_port}",
+            },
+            "upstreams": {
+                "payment": {
+                    "url": upstream_url,
+                    "timeout": 5.0,
+                    "breaker": {"failure_threshold": 2, "recovery_timeout": 30},
+                },
+                "refused": {"url": f"http://127.0.0.1:{free_port()}", "timeout": 2.0},
+            },
+        }
+    )
+
+
+@pytest.fixture
+async def grpc_sidecar(upstream_server: str) -> AsyncIterator[GrpcSidecar]:
+    """The runtime with its gRPC listener on a free port, and an aio client."""
+    config = sidecar_config(upstream_server, free_port())
+    runtime = SidecarRuntime(config)
+    server = await start_grpc_server(config, runtime)
+    assert server is not None
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+    stub = sidecar_pb2_grpc.SidecarStub(channel)
+    yield GrpcSidecar(runtime, server, channel, stub)
+    await channel.close()
+    await server.stop(None)
+    runtime.close()
