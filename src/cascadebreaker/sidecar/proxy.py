@@ -124,6 +124,7 @@ class ProxyExchange(FixedExchange):
 
     __slots__ = (
         "_head",
+        "_out",
         "_pending",
         "_pending_size",
         "attempt",
@@ -163,6 +164,7 @@ class ProxyExchange(FixedExchange):
         self.attempt = 0
         self.started_at = 0.0
         self._head = b""
+        self._out = b""
         self._pending: list[bytes] | None = []
         self._pending_size = 0
 
@@ -266,19 +268,22 @@ class ProxyExchange(FixedExchange):
             framing += b"connection: close\r\n"
         self.keep_alive = keep_alive
         out.append((b"via", self.runtime.via))
-        self.conn.write(response_head(status, reason, out, framing))
+        # The head waits for the first body piece: one write (one syscall, one segment) for both.
+        self._out = response_head(status, reason, out, framing)
         self.head_sent = True
-        if not self.conn.writable and self.upstream is not None:
-            self.upstream.pause_reading()
         if self.info is not None:
             self.runtime.hooks.on_response(self.info, status, "failure" if failed else "success")
 
     def response_body(self, data: bytes) -> None:
         """Stream a piece of the body to the client."""
         if self.chunked_out:
-            self.conn.writelines(chunk(data))
-        else:
-            self.conn.write(data)
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        if self._out:
+            data = self._out + data
+            self._out = b""
+            if not self.conn.writable and self.upstream is not None:
+                self.upstream.pause_reading()
+        self.conn.write(data)
 
     def response_end(self) -> None:
         """Finish the response; the upstream connection is already back in its pool."""
@@ -286,7 +291,10 @@ class ProxyExchange(FixedExchange):
         if self.finished:
             return
         if self.chunked_out:
-            self.conn.write(LAST_CHUNK)
+            self.conn.write(self._out + LAST_CHUNK)
+        elif self._out:
+            self.conn.write(self._out)
+        self._out = b""
         self.finished = True
         route = self.route
         route.stats.observe(route.pool.loop.time() - self.started_at)
@@ -299,10 +307,13 @@ class ProxyExchange(FixedExchange):
             return
         route = self.route
         if self.head_sent:
-            route.stats.count("reset")
-            self.finished = True
-            self.conn.abort()
-            return
+            if not self._out:  # the client has part of the response: cut it short
+                route.stats.count("reset")
+                self.finished = True
+                self.conn.abort()
+                return
+            self._out = b""  # nothing reached the client yet: an error reply is still possible
+            self.head_sent = self.chunked_out = False
         if (
             isinstance(error, UpstreamReset)
             and error.reused

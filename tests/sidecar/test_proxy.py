@@ -1,0 +1,193 @@
+"""Outbound and inbound forwarding through a real sidecar process, with real clients."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import httpx
+import pytest
+import requests
+
+from .conftest import SidecarProcess, Upstream
+
+
+@pytest.fixture
+def sidecar(sidecar_factory: Any, upstream: Upstream) -> SidecarProcess:
+    """One sidecar whose `payment` upstream and local app are the test upstream."""
+    result: SidecarProcess = sidecar_factory(
+        {"payment": {"url": upstream.url, "timeout": 5}}, app=upstream.url)
+    return result
+
+
+def test_path_form_strips_the_upstream_segment(sidecar: SidecarProcess,
+                                               upstream: Upstream) -> None:
+    response = httpx.get(sidecar.url("outbound") + "/payment/v1/charges?limit=2")
+    assert response.status_code == 200
+    assert response.text == "ok /v1/charges?limit=2"
+    assert response.headers["via"] == "1.1 checkout"
+    assert upstream.state.requests[-1]["path"] == "/v1/charges?limit=2"
+
+
+def test_query_right_after_the_upstream_name(sidecar: SidecarProcess) -> None:
+    response = httpx.get(sidecar.url("outbound") + "/payment?x=1")
+    assert response.text == "ok /?x=1"
+
+
+def test_requests_with_http_proxy_env(sidecar: SidecarProcess, upstream: Upstream,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", sidecar.url("outbound"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with requests.Session() as session:
+        first = session.get("http://payment/v1/refunds/7", timeout=10)
+        second = session.post("http://payment/echo", data=b"pay me", timeout=10)
+    assert first.status_code == 200
+    assert first.text == "ok /v1/refunds/7"
+    assert second.content == b"pay me"
+    # The proxy client named the upstream by host; the upstream sees its own authority.
+    host = dict(upstream.state.requests[-1]["headers"])["host"]
+    assert host == f"127.0.0.1:{upstream.port}"
+
+
+def test_host_header_names_the_upstream(sidecar: SidecarProcess) -> None:
+    response = httpx.get(sidecar.url("outbound") + "/v1/x", headers={"host": "payment"})
+    assert response.text == "ok /v1/x"
+
+
+def test_unknown_upstream_is_404_json_naming_it(sidecar: SidecarProcess) -> None:
+    response = httpx.get(sidecar.url("outbound") + "/shipping/v1/parcels")
+    assert response.status_code == 404
+    assert response.json() == {"error": "unknown upstream", "upstream": "shipping"}
+
+
+def test_hop_by_hop_headers_are_not_forwarded(sidecar: SidecarProcess) -> None:
+    headers = {"connection": "keep-alive, x-secret-hop", "x-secret-hop": "1", "keep-alive": "5",
+               "te": "trailers", "proxy-authorization": "Basic eA==", "x-end-to-end": "yes",
+               "upgrade": "h2c"}
+    response = httpx.get(sidecar.url("outbound") + "/payment/headers", headers=headers)
+    seen = dict(response.json()["headers"])
+    for hop in ("x-secret-hop", "keep-alive", "te", "proxy-authorization", "upgrade"):
+        assert hop not in seen
+    assert seen["x-end-to-end"] == "yes"
+    assert seen["via"] == "1.1 checkout"
+
+
+def test_post_body_with_content_length(sidecar: SidecarProcess) -> None:
+    body = b"x" * 300_000
+    response = httpx.post(sidecar.url("outbound") + "/payment/echo", content=body)
+    assert response.status_code == 200
+    assert response.content == body
+
+
+def test_chunked_request_body_is_streamed_upstream(sidecar: SidecarProcess) -> None:
+    def pieces() -> Any:
+        for i in range(50):
+            yield f"piece {i};".encode()
+
+    response = httpx.post(sidecar.url("outbound") + "/payment/echo", content=pieces())
+    assert response.status_code == 200
+    assert response.content == b"".join(f"piece {i};".encode() for i in range(50))
+
+
+def test_chunked_response_streams_before_the_upstream_finishes(sidecar: SidecarProcess,
+                                                               upstream: Upstream) -> None:
+    with httpx.stream("GET", sidecar.url("outbound") + "/payment/stream?n=3",
+                      timeout=10) as response:
+        assert response.headers["transfer-encoding"] == "chunked"
+        stream = response.iter_raw()
+        first = next(stream)
+        # The upstream is still holding the rest back: the sidecar did not buffer it.
+        assert first == b"first\n"
+        upstream.state.release.set()
+        rest = b"".join(stream)
+    assert rest == b"chunk 0\nchunk 1\nchunk 2\n"
+
+
+def test_large_response_body(sidecar: SidecarProcess) -> None:
+    response = httpx.get(sidecar.url("outbound") + "/payment/big?size=3000000", timeout=20)
+    assert len(response.content) == 3_000_000
+
+
+def test_head_request_keeps_content_length(sidecar: SidecarProcess) -> None:
+    with httpx.Client() as client:
+        head = client.head(sidecar.url("outbound") + "/payment/whatever")
+        after = client.get(sidecar.url("outbound") + "/payment/after")
+    assert head.status_code == 200
+    assert head.headers["content-length"] == str(len(b"ok /whatever"))
+    assert after.text == "ok /after"
+
+
+def test_keep_alive_connection_serves_many_requests(sidecar: SidecarProcess) -> None:
+    with httpx.Client() as client:
+        for i in range(20):
+            assert client.get(sidecar.url("outbound") + f"/payment/n/{i}").text == f"ok /n/{i}"
+    status = sidecar.status()
+    assert status["breakers"]["payment"]["calls"]["success"] == 20
+    assert status["breakers"]["payment"]["connections"]["open"] >= 1
+
+
+def test_pipelined_requests_are_answered_in_order(sidecar: SidecarProcess) -> None:
+    port = sidecar.ports["outbound"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /payment/one HTTP/1.1\r\nhost: x\r\n\r\n"
+                     b"GET /payment/two HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.count(b"HTTP/1.1 200") == 2
+    assert data.index(b"ok /one") < data.index(b"ok /two")
+
+
+def test_expect_continue_is_answered_by_the_sidecar(sidecar: SidecarProcess) -> None:
+    port = sidecar.ports["outbound"]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"POST /payment/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
+                     b"expect: 100-continue\r\nconnection: close\r\n\r\n")
+        interim = sock.recv(1024)
+        assert interim.startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(b"hello")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200")
+    assert data.endswith(b"hello")
+
+
+def test_inbound_forwards_to_the_app_with_forwarded_for(sidecar: SidecarProcess,
+                                                        upstream: Upstream) -> None:
+    response = httpx.get(sidecar.url("inbound") + "/orders/42/items")
+    assert response.status_code == 200
+    assert response.text == "ok /orders/42/items"
+    seen = dict(upstream.state.requests[-1]["headers"])
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    assert sidecar.status()["inbound"]["success"] == 1
+
+
+def test_upstream_error_status_passes_through(sidecar: SidecarProcess) -> None:
+    response = httpx.get(sidecar.url("outbound") + "/payment/status/418")
+    assert response.status_code == 418
+    response = httpx.get(sidecar.url("outbound") + "/payment/status/500")
+    assert response.status_code == 500
+    calls = sidecar.status()["breakers"]["payment"]["calls"]
+    assert calls["success"] == 1  # 4xx is not a failure by default
+    assert calls["failure_status"] == 1
+
+
+def test_admin_endpoints(sidecar: SidecarProcess) -> None:
+    admin = sidecar.url("admin")
+    assert httpx.get(admin + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(admin + "/readyz").status_code == 200
+    httpx.get(sidecar.url("outbound") + "/payment/x")
+    status = httpx.get(admin + "/status").json()
+    assert status["service"] == "checkout"
+    assert status["breakers"]["payment"]["state"] == "closed"
+    metrics = httpx.get(admin + "/metrics").text
+    assert 'ccb_sidecar_calls_total{direction="outbound",outcome="success",upstream="payment"} 1.0' \
+        in metrics
+    assert 'ccb_sidecar_breaker_state{state="closed",upstream="payment"} 1.0' in metrics
+    assert "ccb_sidecar_rejections_total" in metrics
+    assert "ccb_sidecar_call_duration_seconds_bucket" in metrics
+    assert httpx.get(admin + "/nope").status_code == 404
+    json.loads(httpx.get(admin + "/status").content)
