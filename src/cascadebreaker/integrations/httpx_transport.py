@@ -37,6 +37,17 @@ from ..permit import Permit
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
 
+__all__ = [
+    "REJECTED_HEADER",
+    "UPSTREAM_FAILURES",
+    "AsyncBreakerTransport",
+    "BreakerFactory",
+    "BreakerTransport",
+    "OnOpen",
+    "RequestKey",
+    "host_key",
+]
+
 RequestKey = Callable[[httpx.Request], str]
 BreakerFactory = Callable[[str], CircuitBreaker]
 OnOpen = Literal["raise", "respond"]

@@ -28,6 +28,8 @@ from ..breaker import CircuitBreaker
 from ..core.state import State
 from ..events import TransitionEvent
 
+__all__ = ["OUTCOMES", "BreakerCollector", "collector_for", "instrument"]
+
 OUTCOMES = ("success", "failure", "ignored", "rejected")
 
 
