@@ -6,16 +6,21 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import grpc
 import pytest
+import yaml
 
 from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.grpc_api import GrpcServer, start_grpc_server
@@ -127,3 +132,65 @@ async def grpc_sidecar(upstream_server: str) -> AsyncIterator[GrpcSidecar]:
     await channel.close()
     await server.stop(None)
     runtime.close()
+
+
+@dataclass
+class SidecarProcess:
+    """A `ccb sidecar` child process and its gRPC address."""
+
+    process: subprocess.Popen[bytes]
+    grpc_address: str
+    admin_url: str
+
+    def stop(self) -> int:
+        """SIGTERM, wait, return the exit code."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        return self.process.returncode
+
+
+@pytest.fixture
+def sidecar_process(upstream_server: str, tmp_path: Path) -> Iterator[SidecarProcess]:
+    """`ccb sidecar --config FILE` with the gRPC listener on a free port, up and ready."""
+    grpc_port, admin_port = free_port(), free_port()
+    config = {
+        "service": "checkout",
+        "listen": {
+            "outbound": f"127.0.0.1:{free_port()}",
+            "inbound": None,
+            "grpc": f"127.0.0.1:{grpc_port}",
+            "admin": f"127.0.0.1:{admin_port}",
+        },
+        "upstreams": {
+            "payment": {
+                "url": upstream_server,
+                "timeout": 5.0,
+                "breaker": {"failure_threshold": 2, "recovery_timeout": 30},
+            }
+        },
+        "log_level": "warning",
+    }
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump(config))
+    ccb = Path(sys.executable).with_name("ccb")
+    process = subprocess.Popen([str(ccb), "sidecar", "--config", str(path)])
+    sidecar = SidecarProcess(process, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{admin_port}")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"{sidecar.admin_url}/readyz", timeout=1) as reply:
+                if reply.status == 200:
+                    break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            sidecar.stop()
+            pytest.fail("ccb sidecar did not become ready")
+        time.sleep(0.05)
+    yield sidecar
+    sidecar.stop()

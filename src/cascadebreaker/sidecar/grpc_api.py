@@ -28,7 +28,7 @@ from cascadebreaker import State
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.trust import SERVING_ENDPOINT_HEADER
 from cascadebreaker.cascade.updates import AvailabilityUpdate, CauseChain
-from cascadebreaker.sidecar.config import SidecarConfig
+from cascadebreaker.sidecar.config import HostPort, SidecarConfig
 from cascadebreaker.sidecar.grpc_messages import (
     BadArgument,
     cause_chain_to_proto,
@@ -55,6 +55,7 @@ __all__ = [
     "SidecarService",
     "UpdateSource",
     "WatchSubscription",
+    "start",
     "start_grpc_server",
 ]
 
@@ -133,13 +134,25 @@ class SidecarService:
         self,
         runtime: CallRuntime,
         availability: AvailabilityView | None = None,
-        update_source: UpdateSource = no_updates,
+        update_source: UpdateSource | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.runtime = runtime
-        self.availability = availability
-        self.update_source = update_source
+        self._availability = availability
+        self._update_source = update_source
         self._wall = wall_clock
+
+    @property
+    def availability(self) -> AvailabilityView | None:
+        """The cascade's view: given here, else `runtime.availability` when the cascade set it."""
+        view = self._availability or getattr(self.runtime, "availability", None)
+        return view
+
+    @property
+    def update_source(self) -> UpdateSource:
+        """Given here, else `runtime.update_source` when the cascade set it, else silence."""
+        source = self._update_source or getattr(self.runtime, "update_source", None)
+        return source or no_updates
 
     async def Call(self, request: Any, context: Any) -> Any:
         """One REST call to an upstream through the sidecar."""
@@ -214,8 +227,9 @@ class SidecarService:
         # An OPEN breaker whose wait is over admits the next call as a probe: callable.
         blocked = state is State.OPEN and wait > 0
         chain: CauseChain = ()
-        if self.availability is not None:
-            unavailable = self.availability.check(target)
+        view = self.availability
+        if view is not None:
+            unavailable = view.check(target)
             if unavailable is not None:
                 chain = unavailable.cause_chain
                 wait = max(wait if blocked else 0.0, unavailable.expires_at - self._wall())
@@ -277,12 +291,21 @@ async def start_grpc_server(
     runtime: CallRuntime,
     *,
     availability: AvailabilityView | None = None,
-    update_source: UpdateSource = no_updates,
+    update_source: UpdateSource | None = None,
 ) -> GrpcServer | None:
     """Serve ccb.v1.Sidecar on `listen.grpc` (None when that listener is disabled)."""
-    address = config.listen.grpc
-    if address is None:
+    if config.listen.grpc is None:
         return None
+    return await start(runtime, config.listen.grpc, availability, update_source)
+
+
+async def start(
+    runtime: CallRuntime,
+    address: HostPort,
+    availability: AvailabilityView | None = None,
+    update_source: UpdateSource | None = None,
+) -> GrpcServer:
+    """Serve ccb.v1.Sidecar on `address` (the plug point `SidecarServer` calls)."""
     # SO_REUSEPORT is on by default in gRPC: a second sidecar would share the port silently.
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
     service = SidecarService(runtime, availability, update_source)

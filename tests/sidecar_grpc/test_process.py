@@ -1,0 +1,44 @@
+"""The gRPC API of a real `ccb sidecar` process, called with a blocking grpcio client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from cascadebreaker.sidecar.grpc_api import REJECTION_METADATA
+from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
+
+from .conftest import SidecarProcess
+
+
+@pytest.fixture
+def stub(sidecar_process: SidecarProcess) -> Iterator[sidecar_pb2_grpc.SidecarStub]:
+    with grpc.insecure_channel(sidecar_process.grpc_address) as channel:
+        yield sidecar_pb2_grpc.SidecarStub(channel)
+
+
+def test_call_trip_and_check_through_the_sidecar_process(
+    stub: sidecar_pb2_grpc.SidecarStub, sidecar_process: SidecarProcess
+) -> None:
+    """Success, two recorded 500s, then UNAVAILABLE with a Rejection; Check agrees."""
+    ok = stub.Call(pb.CallRequest(upstream="payment", path="/v1/charges/1"), timeout=10)
+    assert ok.status == 200
+    assert json.loads(ok.body)["path"] == "/v1/charges/1"
+    for _ in range(2):
+        failed = stub.Call(pb.CallRequest(upstream="payment", path="/status/500"), timeout=10)
+        assert failed.status == 500
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Call(pb.CallRequest(upstream="payment", path="/"), timeout=10)
+    error = caught.value
+    assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    trailers = dict(error.trailing_metadata())  # type: ignore[attr-defined]
+    rejection = pb.Rejection.FromString(trailers[REJECTION_METADATA])
+    assert rejection.circuit_state == pb.CIRCUIT_STATE_OPEN
+    check = stub.Check(pb.CheckRequest(upstream="payment"), timeout=10)
+    assert not check.available
+    assert check.circuit_state == pb.CIRCUIT_STATE_OPEN
+    assert sidecar_process.stop() == 0
