@@ -230,9 +230,9 @@ class RedisStore:
         for slot in pending | watching:
             report = slot.take_report()
             if report is not None:
-                lead, had, tail = report
+                lead, had, tail, seen = report
                 wait = _ms(slot.next_wait())
-                ops.append(("report", slot, (lead, int(had), tail, slot.threshold, wait)))
+                ops.append(("report", slot, (lead, int(had), tail, slot.threshold, wait, seen)))
         if not ops:
             return
         try:

@@ -114,9 +114,12 @@ class RedisSlot(BreakerSlot):
                 self.hold_until = 0.0  # a slot was freed; let the next call ask the fleet
             self.store.send_probe(self, self.probe_round, outcome)
             return
-        if not self.threshold or outcome is Outcome.IGNORED:
+        m = self.machine
+        if not self.threshold or outcome is Outcome.IGNORED or m.mode is not Mode.NORMAL:
             return
         with self.lock:
+            if m.state is not State.CLOSED:
+                return
             if outcome is Outcome.FAILURE:
                 if self._had_success:
                     self._tail += 1
@@ -139,9 +142,11 @@ class RedisSlot(BreakerSlot):
     def _after_control(self, action: str) -> None:
         self.store.send_control(self, action)
 
-    def take_report(self) -> tuple[int, bool, int] | None:
-        """Drain the batched outcomes as (lead failures, had success, tail failures), or None."""
+    def take_report(self) -> tuple[int, bool, int, int] | None:
+        """Drain the batched outcomes as (lead failures, had success, tail failures, version
+        they were seen under), or None."""
         with self.lock:
+            seen = self.remote_version
             fast = self.successes != self._seen_successes
             self._seen_successes = self.successes
             lead, had, tail = self._lead, self._had_success, self._tail
@@ -156,7 +161,7 @@ class RedisSlot(BreakerSlot):
             return None
         if had and not lead and not tail and not self.shared_dirty:
             return None  # successes, but the fleet count is already zero
-        return lead, had, tail
+        return lead, had, tail, seen
 
     def next_wait(self) -> float:
         """Open wait for the fleet's next opening (the backoff counts the shared openings)."""
@@ -165,11 +170,14 @@ class RedisSlot(BreakerSlot):
     # -- adopting the shared state -----------------------------------------------------------
 
     def apply(self, remote: RemoteState, force: bool = False) -> None:
-        """Adopt `remote` if it is newer than what we have (or always, when resynchronising)."""
+        """Adopt `remote` if it is newer than the last version adopted."""
         with self.lock:
             if remote.fails is not None:
                 self.shared_dirty = remote.fails > 0
-            if remote.version <= self.remote_version and not force:
+            known = self.remote_version
+            # Never step back to an older version; an equal one is re-applied when resyncing
+            # (the local view may have moved on its own during an outage).
+            if remote.version < known or (remote.version == known and not force):
                 return
             transitions = self._adopt_locked(remote)
         if transitions:

@@ -67,7 +67,8 @@ end
 -- {admission, state, mode, version, remaining_ms, opens, reason, fails, lease_remaining_ms, fresh}
 local function finish(s, admission)
   if s.dirty then save(s) end
-  if s.changed then
+  -- A change, or a key (re)created (expired, or lost by Redis): the fleet adopts its version.
+  if s.changed or (s.fresh and s.dirty) then
     redis.call('PUBLISH', CHANNEL, cjson.encode({n = NAME, s = s.state, m = s.mode,
       v = s.version, r = remaining(s), o = s.opens, w = s.reason}))
   end

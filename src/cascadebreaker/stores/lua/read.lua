@@ -1,4 +1,3 @@
--- The shared state, for a process (re)joining the fleet. Creates nothing.
+-- The shared state, for a process (re)joining the fleet; creates the key if it is missing.
 local s = load()
-s.dirty = false
 return finish(s, ADMIT)
