@@ -73,7 +73,7 @@ def run_demo(args: argparse.Namespace) -> int:
     from cascadebreaker.demo.control import remove_state, write_state
     from cascadebreaker.demo.launcher import DemoSystem, LaunchError, sigterm_as_interrupt
     from cascadebreaker.demo.story import StoryState, run_story
-    from cascadebreaker.demo.view import addresses, render
+    from cascadebreaker.demo.view import addresses, render, summary_lines
 
     console = Console()
     mode = Mode(args.mode) if args.mode else default_mode()
@@ -101,6 +101,8 @@ def run_demo(args: argparse.Namespace) -> int:
                         refresh=lambda: live.update(render(state)),
                     )
                 )
+            for line in summary_lines(state):
+                console.print(line, highlight=False)
         if args.keep_running:
             console.print(
                 "running; `ccb fault inject courier --mode down`, `ccb fault clear`; Ctrl-C to stop"

@@ -26,6 +26,7 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
             "admin": f"{HOST}:{ports.admin}",
         },
         "store": "memory",
+        "log_level": "warning",
         "upstreams": {
             upstream: {
                 # A peer with a sidecar is reached through its inbound listener (mesh shape).
@@ -34,6 +35,7 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
                 "breaker": {
                     "failure_threshold": t.failure_threshold,
                     "recovery_timeout": t.recovery_timeout,
+                    "half_open_max_calls": t.half_open_max_calls,
                 },
             }
             for upstream in spec.calls

@@ -96,7 +96,10 @@ def chapters_table(state: StoryState) -> Table:
         "charges",
         "compensations",
     ):
-        table.add_column(column, justify="right" if column != "chapter" else "left")
+        if column == "chapter":
+            table.add_column(column, no_wrap=True)
+        else:
+            table.add_column(column, justify="right")
     for tally in state.tallies:
         o = tally.outcomes
         table.add_row(
@@ -110,6 +113,16 @@ def chapters_table(state: StoryState) -> Table:
             str(tally.compensations),
         )
     return table
+
+
+def summary_lines(state: StoryState) -> list[str]:
+    """One plain line per chapter (for logs and terminals alike)."""
+    return [
+        f"{t.title}: ok {t.outcomes['ok']}, failed {t.outcomes['failed']}, "
+        f"refused {t.outcomes['refused']}, error {t.outcomes['error']}; "
+        f"reserved {t.reservations}, charged {t.charges}, compensated {t.compensations}"
+        for t in state.tallies
+    ]
 
 
 def render(state: StoryState) -> RenderableType:
