@@ -1,0 +1,157 @@
+"""The demo's pure pieces: topology, sidecar configs, fault specs, outcome classification."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cascadebreaker.demo.control import parse_fault
+from cascadebreaker.demo.load import classify, percentile
+from cascadebreaker.demo.precheck import Availability, parse_availability
+from cascadebreaker.demo.sidecars import sidecar_config, write_sidecar_config
+from cascadebreaker.demo.topology import Mode, Timings, Topology
+
+
+def test_every_listener_gets_its_own_port() -> None:
+    topology = Topology.allocate("sidecar")
+
+    ports = []
+    for spec in topology.services.values():
+        ports.append(spec.port)
+        if spec.sidecar is not None:
+            ports += [
+                spec.sidecar.outbound,
+                spec.sidecar.inbound,
+                spec.sidecar.grpc,
+                spec.sidecar.admin,
+            ]
+    assert len(ports) == len(set(ports)) == 7 + 5 * 4
+
+
+def test_callers_reach_upstreams_directly_or_through_their_sidecar() -> None:
+    plain = Topology.allocate("plain")
+    mesh = Topology.allocate("sidecar")
+
+    assert plain.upstream_base_url("order", "shipping") == plain.service("shipping").app_url
+    outbound = mesh.service("order").sidecar
+    assert outbound is not None
+    assert mesh.upstream_base_url("order", "shipping") == (
+        f"http://127.0.0.1:{outbound.outbound}/shipping"
+    )
+    assert mesh.public_url == mesh.service("gateway").ingress_url != mesh.service("gateway").app_url
+    with pytest.raises(KeyError, match="does not call"):
+        plain.upstream_base_url("inventory", "courier")
+
+
+def test_call_timeouts_grow_towards_the_entry() -> None:
+    topology = Topology.allocate("direct", Timings(call_timeout=1.0))
+
+    assert topology.call_timeout("courier") == 1.0
+    assert topology.call_timeout("shipping") == 2.0
+    # The orchestrator runs three steps in sequence: its callers wait for all of them.
+    assert topology.call_timeout("order") > topology.call_timeout("shipping") * 2
+
+
+def test_topology_round_trips_through_json(tmp_path: Path) -> None:
+    topology = Topology.allocate("sidecar", Timings(recovery_timeout=1.5))
+    path = tmp_path / "topology.json"
+
+    topology.save(path)
+
+    assert Topology.load(path) == topology
+
+
+def test_sidecar_config_points_each_upstream_at_the_peer_sidecar(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    topology = Topology.allocate(Mode.SIDECAR, Timings(failure_threshold=4))
+
+    config = yaml.safe_load(write_sidecar_config(topology, "order", tmp_path).read_text())
+
+    assert config["service"] == "order"
+    assert config["app"] == topology.service("order").app_url
+    assert set(config["upstreams"]) == {"inventory", "payment", "shipping"}
+    assert config["upstreams"]["shipping"]["url"] == topology.service("shipping").ingress_url
+    assert config["upstreams"]["shipping"]["breaker"]["failure_threshold"] == 4
+    # External upstreams have no sidecar: payment's sidecar calls the gateway itself.
+    payment = sidecar_config(topology, "payment")
+    assert payment["upstreams"]["payment-gateway"]["url"] == (
+        topology.service("payment-gateway").app_url
+    )
+
+
+def test_sidecar_config_is_accepted_by_the_sidecar(tmp_path: Path) -> None:
+    sidecar_config_module = pytest.importorskip("cascadebreaker.sidecar.config")
+    topology = Topology.allocate(Mode.SIDECAR)
+
+    for name in ("gateway", "order", "payment", "shipping", "inventory"):
+        path = write_sidecar_config(topology, name, tmp_path)
+        assert sidecar_config_module.load_config(path).service == name
+
+
+def test_externals_have_no_sidecar_config() -> None:
+    with pytest.raises(ValueError, match="no sidecar"):
+        sidecar_config(Topology.allocate("sidecar"), "courier")
+
+
+@pytest.mark.parametrize(
+    ("spec", "body"),
+    [
+        ("down", {"mode": "down"}),
+        ("slow", {"mode": "slow"}),
+        ("slow=3.5", {"mode": "slow", "delay": 3.5}),
+        ("errors", {"mode": "errors"}),
+        ("errors=0.5", {"mode": "errors", "rate": 0.5}),
+    ],
+)
+def test_fault_specs(spec: str, body: dict[str, object]) -> None:
+    assert parse_fault(spec) == body
+
+
+@pytest.mark.parametrize("spec", ["", "melted", "errors=1.5", "errors=-0.1", "slow=fast"])
+def test_bad_fault_specs_are_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match="fault"):
+        parse_fault(spec)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome"),
+    [
+        (201, {"status": "created"}, "ok"),
+        (409, {"status": "failed"}, "failed"),
+        (503, {"status": "refused"}, "refused"),
+        (503, {"error": "circuit open", "circuitState": "OPEN"}, "refused"),
+        (503, {"error": "unavailable"}, "error"),
+        (502, {"status": "failed"}, "error"),
+        (0, None, "error"),
+    ],
+)
+def test_order_outcomes(status: int, body: object, outcome: str) -> None:
+    assert classify(status, body) == outcome
+
+
+def test_percentile_nearest_rank() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 95) == 95.0
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"available": True}, Availability(True)),
+        (
+            {"available": False, "cause": ["courier POST /v1/shipments"]},
+            Availability(False, ("courier POST /v1/shipments",)),
+        ),
+        (
+            {"available": False, "causes": [{"endpoint": "shipping POST /v1/shipments"}]},
+            Availability(False, ("shipping POST /v1/shipments",)),
+        ),
+        ({"available": "no"}, Availability(True)),  # unreadable: fail open
+        ([1, 2], Availability(True)),
+    ],
+)
+def test_availability_answers(body: object, expected: Availability) -> None:
+    assert parse_availability(json.loads(json.dumps(body))) == expected
