@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from bench.core.redis_mode import TARGET_RATIO, RedisRow, redis_verdicts
+
 if TYPE_CHECKING:
     from bench.core.run import Row
 
@@ -52,7 +54,9 @@ def verdicts(rows: list[Row], targets: dict[str, float]) -> list[str]:
     return lines
 
 
-def render_rich(rows: list[Row], env: dict[str, str], targets: dict[str, float]) -> None:
+def render_rich(
+    rows: list[Row], env: dict[str, str], targets: dict[str, float], redis_rows: list[RedisRow]
+) -> None:
     """Print the result table and the verdicts."""
     console = Console(width=max(Console().width, 150))
     for mode in ("sync", "async"):
@@ -74,12 +78,48 @@ def render_rich(rows: list[Row], env: dict[str, str], targets: dict[str, float])
                 style=style,
             )
         console.print(table)
+    if redis_rows:
+        table = Table(title="Redis mode: cost per call (ns over a bare call)")
+        for column in ("library", "version", "form", "mode", "best", "median", "cheaper", "note"):
+            table.add_column(column, justify="right" if column in ("best", "median") else "left")
+        for r in redis_rows:
+            cells = [r.library, r.version, r.form, r.mode, _ns(r.over_best), _ns(r.over_median)]
+            table.add_row(*cells, _cheaper(r.cheaper), r.note)
+        console.print(table)
     console.print(" · ".join(f"{k}: {v}" for k, v in env.items()))
-    for line in verdicts(rows, targets):
+    for line in verdicts(rows, targets) + redis_verdicts(redis_rows):
         console.print(line.replace("`", ""))
 
 
-def render_markdown(rows: list[Row], env: dict[str, str], targets: dict[str, float]) -> str:
+def _cheaper(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}x"
+
+
+def _redis_markdown(redis_rows: list[RedisRow]) -> list[str]:
+    if not redis_rows:
+        return []
+    out = [
+        "### Redis mode",
+        "",
+        "Per-call cost of a breaker whose state is shared through Redis (a throwaway",
+        "redis-server on loopback, started by the benchmark), circuit closed, calls succeed.",
+        "`cheaper` is pybreaker's per-call cost divided by the row's",
+        f"(target ≥ {TARGET_RATIO:.0f}x).",
+        "",
+        "| library | version | form | mode | best ns | median ns | cheaper | note |",
+        "|---|---|---|---|--:|--:|--:|---|",
+    ]
+    for r in redis_rows:
+        name = f"**{r.library}**" if r.library == "cascadebreaker" else r.library
+        cells = [name, r.version, f"`{r.form}`", r.mode, _ns(r.over_best), _ns(r.over_median)]
+        cells += [_cheaper(r.cheaper), r.note.replace("|", "/")]
+        out.append("| " + " | ".join(cells) + " |")
+    return [*out, ""]
+
+
+def render_markdown(
+    rows: list[Row], env: dict[str, str], targets: dict[str, float], redis_rows: list[RedisRow]
+) -> str:
     """The `## Core library` section."""
     out = [
         SECTION,
@@ -113,11 +153,13 @@ def render_markdown(rows: list[Row], env: dict[str, str], targets: dict[str, flo
             cells += [_ratio(r.ratio), r.note.replace("|", "/")]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+    out += _redis_markdown(redis_rows)
     out += [
-        f"Targets: ≤ {targets['sync']:.0f} ns sync, ≤ {targets['async']:.0f} ns async over bare.",
+        f"Targets: ≤ {targets['sync']:.0f} ns sync, ≤ {targets['async']:.0f} ns async over bare;",
+        f"Redis mode ≥ {TARGET_RATIO:.0f}x cheaper per call than pybreaker's Redis storage.",
         "",
     ]
-    out += [f"- {line}" for line in verdicts(rows, targets)]
+    out += [f"- {line}" for line in verdicts(rows, targets) + redis_verdicts(redis_rows)]
     out += ["", "Notes:", ""] + [f"- {note}" for note in NOTES]
     return "\n".join(out) + "\n"
 

@@ -12,90 +12,23 @@ median) of the rounds, minus the bare call's best (median) from the same run.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
 import os
 import platform
-import statistics
 import sys
-import textwrap
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `bench.core` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.core.cases import LIBRARIES, OURS, Case, Unavailable, afn, all_cases, fn, version
+from bench.core.cases import LIBRARIES, OURS, Unavailable, all_cases, version
+from bench.core.redis_mode import RedisRow, run_redis_mode
 from bench.core.report import render_markdown, render_rich, write_section
+from bench.core.timing import Timed, measure, prepare
 
 TARGET_NS = {"sync": 300.0, "async": 600.0}
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
-Runner = Callable[[int], int] | Callable[[int], Coroutine[Any, Any, int]]
-
-
-@dataclass
-class Timed:
-    """A case and its per-call samples (ns, bare call included)."""
-
-    case: Case
-    runner: Runner
-    iterations: int = 0
-    samples: list[float] = field(default_factory=list)
-
-    @property
-    def best(self) -> float:
-        return min(self.samples)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-
-def compile_runner(case: Case) -> Runner:
-    """Compile `case.stmt` into `_run(n) -> elapsed ns` (async def for async cases)."""
-    body = textwrap.indent(case.stmt, " " * 8)
-    head = "async def" if case.mode == "async" else "def"
-    source = (
-        f"{head} _run(_n):\n"
-        f"    _t0 = _clock()\n"
-        f"    for _ in _range(_n):\n{body}\n"
-        f"    return _clock() - _t0\n"
-    )
-    namespace: dict[str, Any] = {"fn": fn, "afn": afn, **case.env}
-    namespace.update(_clock=time.perf_counter_ns, _range=range)
-    exec(compile(source, f"<bench {case.library} {case.form}>", "exec"), namespace)
-    runner: Runner = namespace["_run"]
-    return runner
-
-
-def run_once(timed: Timed, n: int, loop: asyncio.AbstractEventLoop) -> int:
-    """Run `n` iterations with the GC off; elapsed ns."""
-    gc.collect()
-    gc.disable()
-    try:
-        if timed.case.mode == "async":
-            return loop.run_until_complete(timed.runner(n))  # type: ignore[arg-type]
-        return timed.runner(n)  # type: ignore[return-value]
-    finally:
-        gc.enable()
-
-
-def measure(timed: list[Timed], repeats: int, round_ms: float) -> None:
-    """Calibrate each case to ~round_ms per round, then time `repeats` interleaved rounds."""
-    loop = asyncio.new_event_loop()
-    try:
-        for t in timed:
-            run_once(t, 2_000, loop)  # warm-up (and a check that the case runs at all)
-            per_call = max(run_once(t, 5_000, loop) / 5_000, 1.0)
-            t.iterations = max(5_000, int(round_ms * 1e6 / per_call))
-        for _ in range(repeats):
-            for t in timed:
-                t.samples.append(run_once(t, t.iterations, loop) / t.iterations)
-    finally:
-        loop.close()
 
 
 @dataclass
@@ -164,31 +97,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-ms", type=float, default=40.0, help="target ms per round")
     parser.add_argument("--quick", action="store_true", help="3 rounds of 10 ms; no doc write")
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument("--no-redis", action="store_true", help="skip the Redis-mode comparison")
     parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.round_ms, args.no_write = 3, 10.0, True
 
     built = all_cases()
-    timed: list[Timed] = []
-    missing: list[Unavailable] = []
-    for item in built:
-        if isinstance(item, Unavailable):
-            missing.append(item)
-            continue
-        try:
-            t = Timed(item, compile_runner(item))
-            measure([t], 1, 1.0)  # smoke: the case runs; the sample is discarded
-            t.samples.clear()
-            timed.append(t)
-        except Exception as exc:
-            missing.append(Unavailable(item.library, item.form, item.mode, f"failed: {exc!r}"))
+    missing = [item for item in built if isinstance(item, Unavailable)]
+    timed, failed = prepare([item for item in built if not isinstance(item, Unavailable)])
+    missing += [Unavailable(c.library, c.form, c.mode, reason) for c, reason in failed]
     measure(timed, args.repeats, args.round_ms)
     rows = build_rows(timed, missing)
     env = environment(timed, args.repeats)
-    render_rich(rows, env, TARGET_NS)
+    redis_rows: list[RedisRow] = []
+    if not args.no_redis:
+        try:
+            redis_rows = run_redis_mode(max(3, args.repeats // 2), args.round_ms * 2)
+        except RuntimeError as exc:  # no redis-server on this machine: say so in the table
+            redis_rows = [RedisRow(OURS, version(OURS), "RedisStore", "sync", note=str(exc))]
+    render_rich(rows, env, TARGET_NS, redis_rows)
     if not args.no_write:
-        write_section(args.doc, render_markdown(rows, env, TARGET_NS))
+        write_section(args.doc, render_markdown(rows, env, TARGET_NS, redis_rows))
         print(f"wrote the '## Core library' section of {args.doc}")
     return 0
 
