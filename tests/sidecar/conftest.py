@@ -73,8 +73,12 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         body = self._body()
-        record = {"method": self.command, "path": self.path,
-                  "headers": [(k.lower(), v) for k, v in self.headers.items()], "body": body}
+        record = {
+            "method": self.command,
+            "path": self.path,
+            "headers": [(k.lower(), v) for k, v in self.headers.items()],
+            "body": body,
+        }
         with state.lock:
             state.requests.append(record)
             state.in_flight += 1
@@ -90,8 +94,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/echo":
             self._send(200, body, self.headers.get("content-type", "application/octet-stream"))
         elif path == "/headers":
-            payload = {"headers": [[k.lower(), v] for k, v in self.headers.items()],
-                       "path": self.path}
+            payload = {
+                "headers": [[k.lower(), v] for k, v in self.headers.items()],
+                "path": self.path,
+            }
             self._send(200, json.dumps(payload).encode(), "application/json")
         elif path == "/slow":
             time.sleep(float(query.get("s", "1")))
@@ -186,8 +192,9 @@ def sidecar_command(config_path: Path) -> list[str]:
     return [sys.executable, "-m", "cascadebreaker.cli", "sidecar", "--config", str(config_path)]
 
 
-def start_sidecar(tmp_path: Path, upstreams: dict[str, dict[str, Any]],
-                  app: str | None = None, **extra: Any) -> SidecarProcess:
+def start_sidecar(
+    tmp_path: Path, upstreams: dict[str, dict[str, Any]], app: str | None = None, **extra: Any
+) -> SidecarProcess:
     """Write a config with free ports, start the sidecar, wait until /readyz answers 200."""
     ports = {name: free_port() for name in ("outbound", "inbound", "admin")}
     config: dict[str, Any] = {
@@ -207,8 +214,9 @@ def start_sidecar(tmp_path: Path, upstreams: dict[str, dict[str, Any]],
     path = tmp_path / f"sidecar-{ports['admin']}.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(sidecar_command(path), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=env)
+    process = subprocess.Popen(
+        sidecar_command(path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    )
     sidecar = SidecarProcess(process, path, ports)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

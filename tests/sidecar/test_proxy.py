@@ -17,12 +17,12 @@ from .conftest import SidecarProcess, Upstream
 def sidecar(sidecar_factory: Any, upstream: Upstream) -> SidecarProcess:
     """One sidecar whose `payment` upstream and local app are the test upstream."""
     result: SidecarProcess = sidecar_factory(
-        {"payment": {"url": upstream.url, "timeout": 5}}, app=upstream.url)
+        {"payment": {"url": upstream.url, "timeout": 5}}, app=upstream.url
+    )
     return result
 
 
-def test_path_form_strips_the_upstream_segment(sidecar: SidecarProcess,
-                                               upstream: Upstream) -> None:
+def test_path_form_strips_the_upstream_segment(sidecar: SidecarProcess, upstream: Upstream) -> None:
     response = httpx.get(sidecar.url("outbound") + "/payment/v1/charges?limit=2")
     assert response.status_code == 200
     assert response.text == "ok /v1/charges?limit=2"
@@ -35,8 +35,9 @@ def test_query_right_after_the_upstream_name(sidecar: SidecarProcess) -> None:
     assert response.text == "ok /?x=1"
 
 
-def test_requests_with_http_proxy_env(sidecar: SidecarProcess, upstream: Upstream,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requests_with_http_proxy_env(
+    sidecar: SidecarProcess, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HTTP_PROXY", sidecar.url("outbound"))
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
@@ -63,9 +64,15 @@ def test_unknown_upstream_is_404_json_naming_it(sidecar: SidecarProcess) -> None
 
 
 def test_hop_by_hop_headers_are_not_forwarded(sidecar: SidecarProcess) -> None:
-    headers = {"connection": "keep-alive, x-secret-hop", "x-secret-hop": "1", "keep-alive": "5",
-               "te": "trailers", "proxy-authorization": "Basic eA==", "x-end-to-end": "yes",
-               "upgrade": "h2c"}
+    headers = {
+        "connection": "keep-alive, x-secret-hop",
+        "x-secret-hop": "1",
+        "keep-alive": "5",
+        "te": "trailers",
+        "proxy-authorization": "Basic eA==",
+        "x-end-to-end": "yes",
+        "upgrade": "h2c",
+    }
     response = httpx.get(sidecar.url("outbound") + "/payment/headers", headers=headers)
     seen = dict(response.json()["headers"])
     for hop in ("x-secret-hop", "keep-alive", "te", "proxy-authorization", "upgrade"):
@@ -91,10 +98,12 @@ def test_chunked_request_body_is_streamed_upstream(sidecar: SidecarProcess) -> N
     assert response.content == b"".join(f"piece {i};".encode() for i in range(50))
 
 
-def test_chunked_response_streams_before_the_upstream_finishes(sidecar: SidecarProcess,
-                                                               upstream: Upstream) -> None:
-    with httpx.stream("GET", sidecar.url("outbound") + "/payment/stream?n=3",
-                      timeout=10) as response:
+def test_chunked_response_streams_before_the_upstream_finishes(
+    sidecar: SidecarProcess, upstream: Upstream
+) -> None:
+    with httpx.stream(
+        "GET", sidecar.url("outbound") + "/payment/stream?n=3", timeout=10
+    ) as response:
         assert response.headers["transfer-encoding"] == "chunked"
         stream = response.iter_raw()
         first = next(stream)
@@ -131,8 +140,10 @@ def test_keep_alive_connection_serves_many_requests(sidecar: SidecarProcess) -> 
 def test_pipelined_requests_are_answered_in_order(sidecar: SidecarProcess) -> None:
     port = sidecar.ports["outbound"]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"GET /payment/one HTTP/1.1\r\nhost: x\r\n\r\n"
-                     b"GET /payment/two HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        sock.sendall(
+            b"GET /payment/one HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"GET /payment/two HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
@@ -143,8 +154,10 @@ def test_pipelined_requests_are_answered_in_order(sidecar: SidecarProcess) -> No
 def test_expect_continue_is_answered_by_the_sidecar(sidecar: SidecarProcess) -> None:
     port = sidecar.ports["outbound"]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"POST /payment/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
-                     b"expect: 100-continue\r\nconnection: close\r\n\r\n")
+        sock.sendall(
+            b"POST /payment/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
+            b"expect: 100-continue\r\nconnection: close\r\n\r\n"
+        )
         interim = sock.recv(1024)
         assert interim.startswith(b"HTTP/1.1 100 Continue")
         sock.sendall(b"hello")
@@ -155,8 +168,9 @@ def test_expect_continue_is_answered_by_the_sidecar(sidecar: SidecarProcess) -> 
     assert data.endswith(b"hello")
 
 
-def test_inbound_forwards_to_the_app_with_forwarded_for(sidecar: SidecarProcess,
-                                                        upstream: Upstream) -> None:
+def test_inbound_forwards_to_the_app_with_forwarded_for(
+    sidecar: SidecarProcess, upstream: Upstream
+) -> None:
     response = httpx.get(sidecar.url("inbound") + "/orders/42/items")
     assert response.status_code == 200
     assert response.text == "ok /orders/42/items"
@@ -184,8 +198,8 @@ def test_admin_endpoints(sidecar: SidecarProcess) -> None:
     assert status["service"] == "checkout"
     assert status["breakers"]["payment"]["state"] == "closed"
     metrics = httpx.get(admin + "/metrics").text
-    assert 'ccb_sidecar_calls_total{direction="outbound",outcome="success",upstream="payment"} 1.0' \
-        in metrics
+    success = 'ccb_sidecar_calls_total{direction="outbound",outcome="success",upstream="payment"}'
+    assert f"{success} 1.0" in metrics
     assert 'ccb_sidecar_breaker_state{state="closed",upstream="payment"} 1.0' in metrics
     assert "ccb_sidecar_rejections_total" in metrics
     assert "ccb_sidecar_call_duration_seconds_bucket" in metrics

@@ -146,6 +146,7 @@ class ServerConnection(asyncio.Protocol):
         self._queue: deque[Exchange] = deque()
         self._pause_reasons = 0  # bit 1: pipelining, bit 2: upstream backpressure
         self._writable = True
+        self._eof = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -183,6 +184,13 @@ class ServerConnection(asyncio.Protocol):
                 self._head_bytes += len(data)
                 if self._head_bytes > self.limits.max_header_bytes:
                     self._reject(431, "request header fields too large")
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed: finish complete requests' responses, else close now."""
+        if self._active is None or self._receiving is not None or self._in_head:
+            return None
+        self._eof = True
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Tell the exchanges still running."""
@@ -239,9 +247,12 @@ class ServerConnection(asyncio.Protocol):
         request = RequestHead(parser.get_method(), self._url, self._headers)
         if request.method == b"CONNECT":
             raise _BadRequest(405, "CONNECT is not supported")
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            raise _BadRequest(400, f"unsupported HTTP version {version}")
         _inspect_headers(request)
         request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
-        request.http10 = parser.get_http_version() == "1.0"
+        request.http10 = version == "1.0"
         request.client = self.client
         self._request = request
         if request.expect_continue and self.transport is not None and not request.http10:
@@ -265,8 +276,8 @@ class ServerConnection(asyncio.Protocol):
         self._receiving = None
         if exchange is not None:
             exchange.request_end()
-            if exchange is not self._active and not self.closed:
-                self.pause_reading(1)
+            if self._queue and exchange is self._queue[-1] and not self.closed:
+                self.pause_reading(1)  # its turn comes when the responses before it are done
 
     # -- used by exchanges ------------------------------------------------------------------
     @property
@@ -303,7 +314,7 @@ class ServerConnection(asyncio.Protocol):
         if exchange is not self._active or self.closed:
             return
         self._active = None
-        if not keep_alive or (self.tracker.draining and not self._queue):
+        if not keep_alive or ((self.tracker.draining or self._eof) and not self._queue):
             self._close()
             return
         if self._queue:

@@ -7,6 +7,7 @@ upstream connection feeds the response back, backpressure is passed across both 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,14 +50,16 @@ _ERRORS = {
 
 def rejection_for_open_circuit(upstream: str, error: Any) -> Rejection:
     """The 503 reply for an open breaker (from a CircuitOpenError)."""
-    retry_after = float(getattr(error, "retry_after", 0.0) or 0.0)
+    retry_after: float | None = float(getattr(error, "retry_after", 0.0) or 0.0)
+    if retry_after is not None and not math.isfinite(retry_after):
+        retry_after = None  # forced open: no promise of when
     state = getattr(error, "state", "open")
     return Rejection(
         {
             "error": "circuit open",
             "upstream": upstream,
-            "circuitState": str(getattr(state, "value", state)),
-            "retryAfter": round(retry_after, 3),
+            "circuitState": str(getattr(state, "value", state)).lower(),
+            "retryAfter": None if retry_after is None else round(retry_after, 3),
         },
         status=503,
         retry_after=retry_after,

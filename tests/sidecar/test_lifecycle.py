@@ -1,0 +1,152 @@
+"""Process lifecycle: invalid config exits 2 naming the key; SIGTERM drains then exits 0."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from .conftest import SidecarProcess, Upstream, sidecar_command
+
+
+def run_with_config(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """Run `ccb sidecar` on a config that should be refused."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return subprocess.run(sidecar_command(path), capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (
+            {
+                "service": "a",
+                "listen": {"inbound": None},
+                "upstreams": {"payment": {"url": "http://127.0.0.1:1", "timeout": 0}},
+            },
+            "upstreams.payment.timeout: must be > 0",
+        ),
+        (
+            {
+                "service": "a",
+                "listen": {"inbound": None},
+                "upstreams": {"payment": {"url": "http://127.0.0.1:1", "tiemout": 2}},
+            },
+            "upstreams.payment.tiemout: unknown key",
+        ),
+        (
+            {
+                "service": "a",
+                "listen": {"inbound": None},
+                "upstreams": {"payment": {"url": "ftp://x"}},
+            },
+            "upstreams.payment.url: must be an http:// URL",
+        ),
+        (
+            {"service": "a", "listen": {"inbound": None, "outbound": "nowhere"}},
+            "listen.outbound: must be host:port",
+        ),
+        (
+            {"service": "a", "listen": {"inbound": None}, "store": "mongodb://x"},
+            "store: must be 'memory' or a redis:// URL",
+        ),
+        ({"service": "a"}, "app: required when listen.inbound is set"),
+        ({"listen": {"inbound": None}}, "service: required"),
+        (
+            {
+                "service": "a",
+                "listen": {"inbound": None},
+                "upstreams": {
+                    "p": {"url": "http://127.0.0.1:1", "breaker": {"failure_threshold": 0}}
+                },
+            },
+            "upstreams.p.breaker.failure_threshold: must be >= 1",
+        ),
+    ],
+)
+def test_invalid_config_exits_2_naming_the_key(
+    tmp_path: Path, document: dict[str, Any], expected: str
+) -> None:
+    result = run_with_config(tmp_path, yaml.safe_dump(document))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert expected in lines[0]
+
+
+def test_unparseable_and_missing_config_exit_2(tmp_path: Path) -> None:
+    assert run_with_config(tmp_path, "service: [unclosed").returncode == 2
+    missing = subprocess.run(
+        sidecar_command(tmp_path / "absent.yaml"), capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 2
+    assert "absent.yaml" in missing.stderr
+
+
+def test_sigterm_drains_in_flight_requests_then_exits_0(
+    sidecar_factory: Any, upstream: Upstream
+) -> None:
+    sidecar: SidecarProcess = sidecar_factory(
+        {"payment": {"url": upstream.url, "timeout": 10}}, shutdown_grace=10
+    )
+    result: dict[str, Any] = {}
+
+    def slow_call() -> None:
+        response = httpx.get(sidecar.url("outbound") + "/payment/hang", timeout=20)
+        result["status"] = response.status_code
+        result["body"] = response.text
+
+    caller = threading.Thread(target=slow_call)
+    caller.start()
+    deadline = time.monotonic() + 10
+    while upstream.state.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert upstream.state.in_flight == 1
+    sidecar.process.send_signal(signal.SIGTERM)
+    # Draining: readiness is withdrawn and new connections are refused.
+    deadline = time.monotonic() + 10
+    refused = False
+    while time.monotonic() < deadline and not refused:
+        try:
+            with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=1):
+                time.sleep(0.02)
+        except OSError:
+            refused = True
+    assert refused
+    assert sidecar.process.poll() is None  # still serving the in-flight request
+    upstream.state.release.set()
+    caller.join(timeout=20)
+    assert result == {"status": 200, "body": "released"}
+    assert sidecar.process.wait(timeout=20) == 0
+
+
+def test_sigterm_grace_bounds_the_drain(sidecar_factory: Any, upstream: Upstream) -> None:
+    sidecar: SidecarProcess = sidecar_factory(
+        {"payment": {"url": upstream.url, "timeout": 30}}, shutdown_grace=0.5
+    )
+    errors: list[BaseException] = []
+
+    def hung_call() -> None:
+        try:
+            httpx.get(sidecar.url("outbound") + "/payment/hang", timeout=30)
+        except httpx.HTTPError as exc:
+            errors.append(exc)
+
+    caller = threading.Thread(target=hung_call)
+    caller.start()
+    deadline = time.monotonic() + 10
+    while upstream.state.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sidecar.process.send_signal(signal.SIGTERM)
+    assert sidecar.process.wait(timeout=20) == 0
+    caller.join(timeout=20)
+    assert len(errors) == 1  # the hung call was cut when the grace period ended
