@@ -44,6 +44,13 @@ class DemoClient:
         url = f"{self.topology.service(service).app_url}/_fault"
         self.http.post(url, json=body).raise_for_status()
 
+    def reset(self) -> None:
+        """Clear every fault; zero every counter and in-process breaker."""
+        for name, spec in self.topology.services.items():
+            if spec.external:
+                self.clear(name)
+            self.http.delete(f"{spec.app_url}/_stats").raise_for_status()
+
     def clear(self, service: str) -> None:
         """Clear an external upstream's fault."""
         self.http.delete(f"{self.topology.service(service).app_url}/_fault").raise_for_status()
@@ -70,13 +77,19 @@ def _demo(mode: str) -> Iterator[DemoClient]:
         system.stop()
 
 
-@pytest.fixture
-def plain_demo() -> Iterator[DemoClient]:
-    """The demo in plain mode (in-process breakers), started fresh for one test."""
+@pytest.fixture(scope="module")
+def _plain_system() -> Iterator[DemoClient]:
     yield from _demo("plain")
 
 
 @pytest.fixture
+def plain_demo(_plain_system: DemoClient) -> DemoClient:
+    """The demo in plain mode (in-process breakers), faults cleared and counters zeroed."""
+    _plain_system.reset()
+    return _plain_system
+
+
+@pytest.fixture
 def direct_demo() -> Iterator[DemoClient]:
-    """The demo in direct mode (no breakers at all)."""
+    """The demo in direct mode (no breakers at all), started fresh for one test."""
     yield from _demo("direct")

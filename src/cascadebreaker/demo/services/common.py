@@ -281,7 +281,11 @@ def service_app(ctx: ServiceContext, routes: Callable[[FastAPI], None]) -> ASGIA
 
     @app.delete("/_stats")
     async def reset_stats() -> dict[str, str]:
+        # A fresh start for the next experiment run: counters and in-process breakers.
         ctx.stats.reset()
+        for downstream in ctx.downstreams.values():
+            if downstream.breaker is not None:
+                downstream.breaker.reset()
         return {"status": "reset"}
 
     routes(app)
