@@ -14,6 +14,8 @@ MODULES = [
     "cascadebreaker",
     "cascadebreaker.integrations.httpx_transport",
     "cascadebreaker.integrations.prometheus",
+    "cascadebreaker.integrations.rejection",
+    "cascadebreaker.integrations.asgi",
 ]
 
 

@@ -23,8 +23,6 @@ with `on_open="respond"`, returns a synthetic 503 response with `retry-after` an
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
@@ -36,6 +34,7 @@ from ..errors import CircuitOpenError
 from ..permit import Permit
 from ..stores.base import Store
 from ..stores.memory import MemoryStore
+from .rejection import REJECTED_HEADER, rejection_body, rejection_headers
 
 __all__ = [
     "REJECTED_HEADER",
@@ -59,7 +58,6 @@ UPSTREAM_FAILURES: tuple[type[Exception], ...] = (
     httpx.RemoteProtocolError,
     httpx.ProxyError,
 )
-REJECTED_HEADER = "x-ccb-rejected"
 
 
 def host_key(request: httpx.Request) -> str:
@@ -159,17 +157,9 @@ class _BreakerRouting:
     def _rejected(self, request: httpx.Request, error: CircuitOpenError) -> httpx.Response:
         if not self._respond:
             raise error
-        retry = error.retry_after
-        headers = {"content-type": "application/json", REJECTED_HEADER: error.name}
-        if not math.isinf(retry):
-            headers["retry-after"] = str(max(1, math.ceil(retry)))
-        body = {
-            "error": "circuit_open",
-            "breaker": error.name,
-            "state": error.state.value,
-            "retry_after": None if math.isinf(retry) else round(retry, 3),
-        }
-        return httpx.Response(503, headers=headers, content=json.dumps(body), request=request)
+        return httpx.Response(
+            503, headers=rejection_headers(error), content=rejection_body(error), request=request
+        )
 
 
 class BreakerTransport(_BreakerRouting, httpx.BaseTransport):
