@@ -39,6 +39,7 @@ from cascadebreaker.cascade.trace import (
     parse_traceparent,
     trace_context,
     trace_key,
+    trace_key_of,
 )
 from cascadebreaker.cascade.trust import (
     HOP_HEADER,
@@ -100,6 +101,7 @@ __all__ = [
     "sign",
     "trace_context",
     "trace_key",
+    "trace_key_of",
     "verify",
     "verify_signature",
 ]

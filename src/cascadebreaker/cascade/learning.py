@@ -13,7 +13,7 @@ from typing import NamedTuple
 from cascadebreaker.cascade.availability import AvailabilityTable, Unavailability
 from cascadebreaker.cascade.endpoints import Endpoint, RouteTemplates, normalize_template
 from cascadebreaker.cascade.graph import EdgeSource
-from cascadebreaker.cascade.trace import TraceTable, trace_context
+from cascadebreaker.cascade.trace import TraceTable, trace_key_of
 from cascadebreaker.cascade.trust import (
     HOP_HEADER,
     OPTIONAL_HEADER,
@@ -27,6 +27,8 @@ __all__ = ["HeaderGetter", "InboundDecision", "Learner", "OutboundDecision", "ho
 HeaderGetter = Callable[[str], str | None]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+_NAMED_CACHE = 1024
+_UNPARSED = Endpoint("-", "-", "-")  # cache sentinel: never a real endpoint name
 
 
 def hop_material(method: str, path: str, get: HeaderGetter) -> str:
@@ -74,6 +76,7 @@ class Learner:
         self.trust = trust
         self._wall = wall_clock
         self.learn_from_traces = learn_from_traces
+        self._named: dict[str, Endpoint | None] = {}  # `ccb-serving-endpoint` value -> endpoint
 
     def inbound(
         self, method: str, path: str, get: HeaderGetter, *, peer_host: str | None
@@ -91,9 +94,8 @@ class Learner:
             from_sidecar = check.trusted
         key: str | None = None
         if refusal is None and self.learn_from_traces:
-            ctx = trace_context(get)
-            if ctx is not None:
-                key = ctx.key
+            key = trace_key_of(get)
+            if key is not None:
                 self.traces.begin(key, endpoint)
         return InboundDecision(endpoint, key, refusal, from_sidecar)
 
@@ -122,18 +124,27 @@ class Learner:
     def _serving(self, get: HeaderGetter) -> tuple[Endpoint | None, EdgeSource]:
         named = get(SERVING_ENDPOINT_HEADER)
         if named:
-            try:
-                endpoint = Endpoint.parse(named.strip())
-            except ValueError:
-                endpoint = None
-            # The app may only speak for its own service's endpoints.
-            if endpoint is not None and endpoint.service == self.service:
-                template = normalize_template(endpoint.template)
-                return self.templates.endpoint(self.service, endpoint.method, template), (
-                    EdgeSource.HEADER
-                )
+            endpoint = self._named.get(named, _UNPARSED)
+            if endpoint is _UNPARSED:
+                endpoint = self._parse_serving(named)
+                if len(self._named) >= _NAMED_CACHE:
+                    self._named.clear()  # apps name few endpoints; this bounds a hostile one
+                self._named[named] = endpoint
+            if endpoint is not None:
+                return endpoint, EdgeSource.HEADER
         if self.learn_from_traces:
-            ctx = trace_context(get)
-            if ctx is not None:
-                return self.traces.serving(ctx.key), EdgeSource.TRACE
+            key = trace_key_of(get)
+            if key is not None:
+                return self.traces.serving(key), EdgeSource.TRACE
         return None, EdgeSource.TRACE
+
+    def _parse_serving(self, named: str) -> Endpoint | None:
+        try:
+            endpoint = Endpoint.parse(named.strip())
+        except ValueError:
+            return None
+        # The app may only speak for its own service's endpoints.
+        if endpoint.service != self.service:
+            return None
+        template = normalize_template(endpoint.template)
+        return self.templates.endpoint(self.service, endpoint.method, template)

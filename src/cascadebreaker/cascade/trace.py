@@ -7,6 +7,7 @@ carries the same trace-id under a NEW span id, so the key is the trace-id alone.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,12 +22,12 @@ __all__ = [
     "parse_traceparent",
     "trace_context",
     "trace_key",
+    "trace_key_of",
 ]
 
 # Lower-case header names the extractor reads, in priority order.
 TRACE_HEADERS = ("traceparent", "b3", "x-b3-traceid", "x-b3-spanid", "x-request-id")
 
-_HEX = frozenset("0123456789abcdef")
 _ZERO_TRACE = "0" * 32
 _MAX_REQUEST_ID = 200
 
@@ -44,47 +45,56 @@ class TraceContext:
         return self.trace_id
 
 
-def _is_hex(s: str) -> bool:
-    return _HEX.issuperset(s)
+# One C-level match per header instead of a Python loop over fields.
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_B3 = re.compile(r"([0-9a-f]{32}|[0-9a-f]{16})-([0-9a-f]{16})(?:-.*)?")
+_B3_TRACE = re.compile(r"[0-9a-f]{32}|[0-9a-f]{16}")
+_ZERO_SPAN = "0" * 16
 
 
-def parse_traceparent(value: str) -> TraceContext | None:
-    """Parse W3C `traceparent` (`00-<trace-id>-<parent-id>-<flags>`); None when invalid."""
-    parts = value.strip().lower().split("-")
-    if len(parts) < 4:
+def _traceparent_ids(value: str) -> tuple[str, str] | None:
+    m = _TRACEPARENT.fullmatch(value.strip().lower())
+    if m is None:
         return None
-    version, trace_id, span_id, flags = parts[0], parts[1], parts[2], parts[3]
-    if len(version) != 2 or version == "ff" or not _is_hex(version):
+    version, trace_id, span_id, _, rest = m.groups()
+    if version == "ff" or (version == "00" and rest is not None):
         return None
-    if version == "00" and len(parts) != 4:
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
-    if len(trace_id) != 32 or not _is_hex(trace_id) or trace_id == _ZERO_TRACE:
-        return None
-    if len(span_id) != 16 or not _is_hex(span_id) or span_id == "0" * 16:
-        return None
-    if len(flags) != 2 or not _is_hex(flags):
-        return None
-    return TraceContext(trace_id, span_id)
+    return trace_id, span_id
+
+
+def _b3_ids(value: str) -> tuple[str, str] | None:
+    m = _B3.fullmatch(value.strip().lower())
+    if m is None:
+        return None  # also the sampling-only form ("0", "1", "d"), which carries no ids
+    trace_id = m.group(1).rjust(32, "0")
+    return None if trace_id == _ZERO_TRACE else (trace_id, m.group(2))
 
 
 def _b3_trace_id(raw: str) -> str | None:
     raw = raw.strip().lower()
-    if len(raw) not in (16, 32) or not _is_hex(raw):
+    if _B3_TRACE.fullmatch(raw) is None:
         return None
     padded = raw.rjust(32, "0")
     return None if padded == _ZERO_TRACE else padded
 
 
+def _request_id(value: str) -> str | None:
+    value = value.strip()
+    return "rid:" + value if 0 < len(value) <= _MAX_REQUEST_ID else None
+
+
+def parse_traceparent(value: str) -> TraceContext | None:
+    """Parse W3C `traceparent` (`00-<trace-id>-<parent-id>-<flags>`); None when invalid."""
+    ids = _traceparent_ids(value)
+    return None if ids is None else TraceContext(*ids)
+
+
 def parse_b3(value: str) -> TraceContext | None:
     """Parse the single `b3` header (`{trace}-{span}[-{sampled}[-{parent}]]`); None if absent."""
-    parts = value.strip().split("-")
-    if len(parts) < 2:
-        return None  # sampling-only form ("0", "1", "d") carries no ids
-    trace_id = _b3_trace_id(parts[0])
-    span = parts[1].strip().lower()
-    if trace_id is None or len(span) != 16 or not _is_hex(span):
-        return None
-    return TraceContext(trace_id, span)
+    ids = _b3_ids(value)
+    return None if ids is None else TraceContext(*ids)
 
 
 def trace_context(get: Callable[[str], str | None]) -> TraceContext | None:
@@ -94,14 +104,14 @@ def trace_context(get: Callable[[str], str | None]) -> TraceContext | None:
     """
     value = get("traceparent")
     if value:
-        ctx = parse_traceparent(value)
-        if ctx is not None:
-            return ctx
+        ids = _traceparent_ids(value)
+        if ids is not None:
+            return TraceContext(*ids)
     value = get("b3")
     if value:
-        ctx = parse_b3(value)
-        if ctx is not None:
-            return ctx
+        ids = _b3_ids(value)
+        if ids is not None:
+            return TraceContext(*ids)
     value = get("x-b3-traceid")
     if value:
         trace_id = _b3_trace_id(value)
@@ -110,16 +120,36 @@ def trace_context(get: Callable[[str], str | None]) -> TraceContext | None:
             return TraceContext(trace_id, span.strip().lower() if span else None)
     value = get("x-request-id")
     if value:
-        value = value.strip()
-        if 0 < len(value) <= _MAX_REQUEST_ID:
-            return TraceContext("rid:" + value, None)
+        rid = _request_id(value)
+        if rid is not None:
+            return TraceContext(rid, None)
     return None
+
+
+def trace_key_of(get: Callable[[str], str | None]) -> str | None:
+    """The correlation key only (the per-request path: no TraceContext is built)."""
+    value = get("traceparent")
+    if value:
+        ids = _traceparent_ids(value)
+        if ids is not None:
+            return ids[0]
+    value = get("b3")
+    if value:
+        ids = _b3_ids(value)
+        if ids is not None:
+            return ids[0]
+    value = get("x-b3-traceid")
+    if value:
+        trace_id = _b3_trace_id(value)
+        if trace_id is not None:
+            return trace_id
+    value = get("x-request-id")
+    return _request_id(value) if value else None
 
 
 def trace_key(headers: Mapping[str, str]) -> str | None:
     """The correlation key from a mapping with lower-case header names; None when none."""
-    ctx = trace_context(headers.get)
-    return None if ctx is None else ctx.key
+    return trace_key_of(headers.get)
 
 
 class _Entry:
