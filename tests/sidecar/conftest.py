@@ -147,7 +147,7 @@ def start_upstream() -> Upstream:
     """Start a threaded upstream server on a free port."""
     server = _UpstreamServer(("127.0.0.1", 0), _Handler)
     server.state = UpstreamState()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return Upstream(server.server_address[1], server.state, server)
 
 

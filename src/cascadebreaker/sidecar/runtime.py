@@ -49,7 +49,7 @@ def build_store(url: str, namespace: str) -> Any:
     """The breaker store named by `store:` in the config."""
     if url == "memory":
         return MemoryStore()
-    from cascadebreaker import RedisStore  # needs the redis extra
+    from cascadebreaker.stores.redis import RedisStore  # needs the redis extra
 
     return RedisStore.from_url(url, namespace=namespace)
 
@@ -225,3 +225,6 @@ class SidecarRuntime:
         self.client.close()
         if self.app_route is not None:
             self.app_route.pool.close()
+        close_store = getattr(self.store, "close", None)
+        if close_store is not None:
+            close_store()  # flushes queued outcomes of a shared store
