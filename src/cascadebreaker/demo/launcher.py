@@ -122,8 +122,28 @@ class DemoSystem:
         """Where the service processes read the topology from."""
         return self.workdir / "topology.json"
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Start every process (upstreams first) and wait until all answer /healthz."""
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> None:
+        """Start every process (upstreams first) and wait until all answer /healthz.
+
+        Ports are picked free but only bound later by the children; if another process takes
+        one meanwhile, the launch is retried on fresh ports.
+        """
+        for attempt in range(attempts):
+            try:
+                self._launch(timeout)
+                return
+            except LaunchError as exc:
+                self._stop_processes()
+                if "address already in use" not in str(exc) or attempt == attempts - 1:
+                    self._remove_workdir()
+                    raise
+                self.processes.clear()
+                self.topology = Topology.allocate(self.topology.mode, self.topology.timings)
+            except BaseException:
+                self.stop()
+                raise
+
+    def _launch(self, timeout: float) -> None:
         self.topology.save(self.topology_path)
         for name in START_ORDER:
             spec = self.topology.service(name)
@@ -156,13 +176,9 @@ class DemoSystem:
                     f"{spec.admin_url}/healthz",
                     self.workdir / f"{name}-sidecar.log",
                 )
-        try:
-            for process in self.processes.values():
-                process.spawn()
-            self._wait_healthy(list(self.processes.values()), timeout)
-        except BaseException:
-            self.stop()
-            raise
+        for process in self.processes.values():
+            process.spawn()
+        self._wait_healthy(list(self.processes.values()), timeout)
 
     def _wait_healthy(self, processes: list[ManagedProcess], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -185,12 +201,18 @@ class DemoSystem:
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop every process: callers first, SIGKILL after `grace` seconds; remove the workdir."""
+        self._stop_processes(grace)
+        self._remove_workdir()
+
+    def _stop_processes(self, grace: float = 5.0) -> None:
         ordered = list(reversed(self.processes.values()))
         for process in ordered:
             process.terminate()
         deadline = time.monotonic() + grace
         for process in ordered:
             process.wait_or_kill(deadline)
+
+    def _remove_workdir(self) -> None:
         if not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

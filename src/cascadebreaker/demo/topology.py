@@ -114,12 +114,20 @@ class Topology:
     def allocate(cls, mode: Mode | str, timings: Timings | None = None) -> Topology:
         """Build the topology with free loopback ports for every listener."""
         mode = Mode(mode)
+        taken: set[int] = set()
+
+        def port() -> int:
+            while (candidate := free_port()) in taken:
+                pass
+            taken.add(candidate)
+            return candidate
+
         services: dict[str, ServiceSpec] = {}
         for name in START_ORDER:
             sidecar = None
             if mode is Mode.SIDECAR and name not in EXTERNAL:
-                sidecar = SidecarPorts(free_port(), free_port(), free_port(), free_port())
-            services[name] = ServiceSpec(name, free_port(), CALLS[name], sidecar)
+                sidecar = SidecarPorts(port(), port(), port(), port())
+            services[name] = ServiceSpec(name, port(), CALLS[name], sidecar)
         return cls(mode, services, timings or Timings())
 
     def service(self, name: str) -> ServiceSpec:
