@@ -1,0 +1,250 @@
+"""The processes under test: nginx (upstream and peer proxy), the aiohttp peer proxy, sidecars.
+
+Every process is a foreground child on loopback free ports with its files in one temp dir; no
+system configuration is read or written. `Proc` tracks CPU seconds and peak RSS per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+BODY = "hello, world\n"  # the upstream's fixed 13-byte body
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BenchSetupError(RuntimeError):
+    """A process under test could not be started."""
+
+
+@dataclass
+class Proc:
+    """A child process under test."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    extra_ports: dict[str, int] = field(default_factory=dict)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds used so far (from /proc)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+    def peak_rss_mb(self) -> float:
+        """Peak resident set size (VmHWM) in MiB."""
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def rss_mb(self) -> float:
+        """Current resident set size (VmRSS) in MiB."""
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 5 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+
+
+def wait_http(port: int, path: str, proc: subprocess.Popen[bytes], name: str, log: Path) -> None:
+    """Wait until `GET path` on the port answers 200 (raise with the log tail otherwise)."""
+    deadline = time.monotonic() + 20
+    request = f"GET {path} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n".encode()
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(request)
+                if s.recv(64).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    raise BenchSetupError(f"{name} did not answer 200 on port {port}:\n{tail}")
+
+
+def _spawn(name: str, argv: list[str], workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    return process, log
+
+
+_NGINX_MAIN = """\
+daemon off;
+master_process off;
+worker_processes 1;
+error_log {dir}/error.log warn;
+pid {dir}/nginx.pid;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_requests 10000000;
+    keepalive_timeout 120s;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+{servers}
+}}
+"""
+
+_NGINX_UPSTREAM = """\
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{ default_type text/plain; return 200 "{body}"; }}
+    }}
+"""
+
+_NGINX_PROXY = """\
+    upstream app {{ server 127.0.0.1:{upstream}; keepalive 64; keepalive_requests 10000000; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+"""
+
+
+def start_nginx(name: str, workdir: Path, servers: str, port: int) -> Proc:
+    """One single-process nginx in the foreground, `-p` its own dir, no system config."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(binary).exists():
+        raise BenchSetupError("nginx not found: apt-get install -y nginx")
+    root = workdir / name
+    root.mkdir()
+    conf = root / "nginx.conf"
+    conf.write_text(_NGINX_MAIN.format(dir=root, servers=servers))
+    process, log = _spawn(name, [binary, "-p", str(root), "-c", str(conf), "-e", "stderr"], root)
+    proc = Proc(name, process, port, log)
+    wait_http(port, "/", process, name, log)
+    return proc
+
+
+def start_upstream(workdir: Path) -> Proc:
+    """The fixed upstream: nginx returning a 13-byte body (fast enough never to be the limit)."""
+    port = free_port()
+    body = BODY.replace("\n", "\\n")
+    return start_nginx("upstream", workdir, _NGINX_UPSTREAM.format(port=port, body=body), port)
+
+
+def start_nginx_proxy(workdir: Path, upstream: int) -> Proc:
+    """nginx as a reverse proxy with a keep-alive pool to the upstream (the peer to beat)."""
+    port = free_port()
+    return start_nginx(
+        "nginx-proxy", workdir, _NGINX_PROXY.format(port=port, upstream=upstream), port
+    )
+
+
+def start_aiohttp_proxy(workdir: Path, upstream: int) -> Proc:
+    """A minimal aiohttp reverse proxy (bench/sidecar/aiohttp_proxy.py) in its own process."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        str(HERE / "aiohttp_proxy.py"),
+        str(port),
+        f"http://127.0.0.1:{upstream}",
+    ]
+    process, log = _spawn("aiohttp-proxy", argv, workdir)
+    proc = Proc("aiohttp-proxy", process, port, log)
+    wait_http(port, "/", process, "aiohttp-proxy", log)
+    return proc
+
+
+def ccb_command() -> list[str]:
+    ccb = Path(sys.executable).with_name("ccb")
+    if ccb.exists():
+        return [str(ccb)]
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from cascadebreaker.cli import main; sys.exit(main())",
+    ]
+
+
+def start_sidecar(workdir: Path, name: str, config: dict[str, object], probe: str) -> Proc:
+    """`ccb sidecar --config FILE`; ready once `GET probe` through its first listener is 200."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    process, log = _spawn(name, [*ccb_command(), "sidecar", "--config", str(path)], workdir)
+    listen = config["listen"]
+    assert isinstance(listen, dict)
+    ports = {k: int(str(v).rsplit(":", 1)[1]) for k, v in listen.items() if v}
+    main = ports.get("outbound") or ports["inbound"]
+    proc = Proc(name, process, main, log, ports)
+    wait_http(main, probe, process, name, log)
+    return proc
+
+
+def start_client_sidecar(workdir: Path, upstream_url: str, name: str) -> Proc:
+    """A sidecar whose upstream `payment` is `upstream_url` (the app calls its outbound port)."""
+    config = {
+        "service": "checkout",
+        "listen": {
+            "outbound": f"127.0.0.1:{free_port()}",
+            "inbound": None,
+            "grpc": f"127.0.0.1:{free_port()}",
+            "admin": f"127.0.0.1:{free_port()}",
+        },
+        "upstreams": {
+            "payment": {"url": upstream_url, "timeout": 10.0, "max_idle_connections": 256}
+        },
+        "log_level": "warning",
+    }
+    return start_sidecar(workdir, name, config, "/payment/")
+
+
+def start_server_sidecar(workdir: Path, app_port: int) -> Proc:
+    """The upstream service's sidecar: its inbound listener forwards to the app (nginx)."""
+    config = {
+        "service": "payment",
+        "app": f"http://127.0.0.1:{app_port}",
+        "listen": {
+            "outbound": None,
+            "inbound": f"127.0.0.1:{free_port()}",
+            "grpc": None,
+            "admin": f"127.0.0.1:{free_port()}",
+        },
+        "log_level": "warning",
+    }
+    return start_sidecar(workdir, "sidecar-server", config, "/")

@@ -1,0 +1,348 @@
+"""Results of the sidecar benchmark: medians over rounds, targets, and the markdown section."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.sidecar.profile import Profile
+
+SECTION = "## Sidecar"
+RERUN = ".venv/bin/python -m bench sidecar"
+SIDECARS = ("sidecar", "sidecar-client", "sidecar-server")
+
+
+@dataclass
+class Sample:
+    """One cell of one round: latency percentiles (µs), throughput, CPU seconds per process."""
+
+    p50: float
+    p90: float
+    p99: float
+    rps: float
+    requests: int
+    errors: int
+    cpu: dict[str, float]
+
+
+@dataclass
+class Cell:
+    """All rounds of one cell; medians on demand."""
+
+    samples: list[Sample] = field(default_factory=list)
+
+    def median(self, metric: Callable[[Sample], float]) -> float:
+        """Median of a metric over rounds (NaN when never measured)."""
+        values = [metric(s) for s in self.samples]
+        return statistics.median(values) if values else math.nan
+
+    def cpu_per_1k(self, proc: str) -> float:
+        """CPU seconds of one process per 1000 requests (median over rounds)."""
+        return self.median(lambda s: 1000 * s.cpu.get(proc, 0.0) / max(s.requests, 1))
+
+    @property
+    def errors(self) -> int:
+        """Errors over all rounds."""
+        return sum(s.errors for s in self.samples)
+
+
+@dataclass
+class Report:
+    """Everything one run measured."""
+
+    scenarios: list[tuple[str, int, list[str]]]  # name, hops, measured process names
+    wrk: dict[tuple[str, int], Cell] = field(default_factory=dict)
+    paced: dict[str, Cell] = field(default_factory=dict)
+    grpc: dict[int, Cell] = field(default_factory=dict)
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    profile: Profile | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def _n(value: float, digits: int = 0) -> str:
+    return "-" if math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _p50(s: Sample) -> float:
+    return s.p50
+
+
+def _p90(s: Sample) -> float:
+    return s.p90
+
+
+def _p99(s: Sample) -> float:
+    return s.p99
+
+
+def _rps(s: Sample) -> float:
+    return s.rps
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _cpu(cell: Cell, procs: list[str]) -> str:
+    """CPU ms per 1000 requests, per proxy process."""
+    if not procs:
+        return "-"
+    parts = [f"{cell.cpu_per_1k(p) * 1000:,.0f}" for p in procs]
+    return parts[0] if len(parts) == 1 else " + ".join(parts)
+
+
+def closed_loop(report: Report) -> list[str]:
+    """The wrk table: every path at 1 and 16 connections."""
+    rows = []
+    for connections in (1, 16):
+        direct = report.wrk.get(("direct", connections), Cell())
+        for name, hops, procs in report.scenarios:
+            cell = report.wrk.get((name, connections))
+            if cell is None:
+                continue
+            added = ["-", "-"]
+            if hops:
+                added = [_n((cell.median(m) - direct.median(m)) / hops) for m in (_p50, _p99)]
+            ratio = cell.median(_rps) / direct.median(_rps)
+            rows.append(
+                [
+                    name,
+                    str(connections),
+                    _n(cell.median(_rps)),
+                    f"{ratio:.2f}x",
+                    _n(cell.median(_p50)),
+                    _n(cell.median(_p90)),
+                    _n(cell.median(_p99)),
+                    *added,
+                    _cpu(cell, procs),
+                    str(cell.errors),
+                ]
+            )
+    return _table(
+        [
+            "path",
+            "conns",
+            "req/s",
+            "x direct",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "added p50 µs/hop",
+            "added p99 µs/hop",
+            "proxy CPU ms/1000 req",
+            "errors",
+        ],
+        rows,
+    )
+
+
+def fixed_rate(report: Report) -> list[str]:
+    """The 1000 rps table: added latency of each path over direct at the same rate."""
+    direct = report.paced.get("direct", Cell())
+    procs_of = {name: procs for name, _, procs in report.scenarios}
+    rows = []
+    for name, cell in report.paced.items():
+        added = "-" if name == "direct" else _n(cell.median(_p90) - direct.median(_p90))
+        rows.append(
+            [
+                name,
+                _n(cell.median(_rps)),
+                _n(cell.median(_p50)),
+                _n(cell.median(_p90)),
+                _n(cell.median(_p99)),
+                added,
+                _cpu(cell, procs_of.get(name, [])),
+                str(cell.errors),
+            ]
+        )
+    return _table(
+        [
+            "path",
+            "req/s",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "added p90 µs (path)",
+            "proxy CPU ms/1000 req",
+            "errors",
+        ],
+        rows,
+    )
+
+
+def grpc_table(report: Report) -> list[str]:
+    """The gRPC Call path."""
+    rows = [
+        [
+            str(c),
+            _n(cell.median(_rps)),
+            _n(cell.median(_p50)),
+            _n(cell.median(_p90)),
+            _n(cell.median(_p99)),
+            _cpu(cell, ["sidecar"]),
+            str(cell.errors),
+        ]
+        for c, cell in sorted(report.grpc.items())
+    ]
+    return _table(
+        ["conns", "calls/s", "p50 µs", "p90 µs", "p99 µs", "sidecar CPU ms/1000 calls", "errors"],
+        rows,
+    )
+
+
+def targets(report: Report) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) for each of the issue's targets."""
+    out: list[tuple[str, str, str]] = []
+
+    def check(
+        what: str,
+        value: float,
+        limit: float,
+        unit: str,
+        higher_is_better: bool = False,
+        digits: int = 0,
+    ) -> None:
+        if math.isnan(value):
+            out.append((what, "not measured", "-"))
+            return
+        met = value >= limit if higher_is_better else value <= limit
+        verdict = "met" if met else f"MISSED by {abs(value - limit):,.{digits}f} {unit}"
+        out.append((what, f"{value:,.{digits}f} {unit}", verdict))
+
+    direct1 = report.wrk.get(("direct", 1), Cell())
+    hop1 = report.wrk.get(("sidecar (outbound)", 1), Cell())
+    check(
+        "added p50 per sidecar hop, 1 conn: <= 60 µs",
+        hop1.median(_p50) - direct1.median(_p50),
+        60,
+        "µs",
+    )
+    check(
+        "added p99 per sidecar hop, 1 conn: <= 500 µs",
+        hop1.median(_p99) - direct1.median(_p99),
+        500,
+        "µs",
+    )
+    pair, direct = report.paced.get("sidecar pair", Cell()), report.paced.get("direct", Cell())
+    check(
+        "sidecar pair at 1000 rps, added p90: <= 250 µs (Istio/Envoy pair: 228 µs)",
+        pair.median(_p90) - direct.median(_p90),
+        250,
+        "µs",
+    )
+    direct16 = report.wrk.get(("direct", 16), Cell())
+    hop16 = report.wrk.get(("sidecar (outbound)", 16), Cell())
+    check(
+        "throughput at 16 conns: >= 0.7x direct",
+        hop16.median(_rps) / direct16.median(_rps),
+        0.7,
+        "x",
+        True,
+        2,
+    )
+    cpu = [
+        cell.cpu_per_1k(p)
+        for name, cell in report.paced.items()
+        if name != "direct"
+        for p in SIDECARS
+        if p in {q for n, _, procs in report.scenarios if n == name for q in procs}
+    ]
+    check(
+        "CPU per sidecar: <= 0.1 vCPU per 1000 rps (worst sidecar at 1000 rps)",
+        max(cpu) if cpu else math.nan,
+        0.1,
+        "vCPU",
+        digits=3,
+    )
+    rss = [v for k, v in report.peak_rss_mb.items() if k in SIDECARS]
+    check(
+        "peak RSS per sidecar: <= 40 MB (worst sidecar)",
+        max(rss) if rss else math.nan,
+        40,
+        "MiB",
+        digits=1,
+    )
+    return out
+
+
+def render(report: Report) -> str:
+    """The whole `## Sidecar` section as markdown."""
+    lines = [
+        SECTION,
+        "",
+        f"Rerun: `{RERUN}` (`--quick` for a smoke run; `--rounds`, `--seconds`)."
+        " Upstream: nginx answering a 13-byte body. Every proxy keeps connections to it"
+        " alive. Latency in µs; CPU is user+system time of the proxy processes from /proc.",
+        "",
+    ]
+    lines += [f"- {key}: {value}" for key, value in report.environment.items()]
+    lines += [f"- **Note:** {note}" for note in report.notes]
+    lines += ["", "### Targets (issue 3)", ""]
+    lines += _table(["target", "measured", "verdict"], [list(t) for t in targets(report)])
+    lines += ["", "### Closed loop: wrk, 1 and 16 connections", ""]
+    lines += closed_loop(report)
+    lines += [
+        "",
+        "Added latency per hop = (path - direct) / hops. The pair's CPU column is "
+        "client + server sidecar.",
+        "",
+    ]
+    lines += ["### Fixed rate: 1000 requests/s, open loop", ""]
+    lines += fixed_rate(report)
+    lines += [
+        "",
+        "Python open-loop client (bench/sidecar/loadgen.py; wrk2 is not packaged): "
+        "requests leave every millisecond over 32 keep-alive connections; latency from "
+        "write to last byte, or from the scheduled time when a request waited for a "
+        "connection. CPU ms per 1000 requests at 1000 rps = thousandths of a vCPU.",
+        "",
+    ]
+    lines += ["### gRPC `Call` (grpcio aio client -> sidecar -> upstream)", ""]
+    lines += grpc_table(report)
+    lines += [
+        "",
+        "Latency includes the Python grpcio client itself (the same box, the same "
+        "cores); compare the sidecar's CPU per call with the HTTP path's.",
+        "",
+    ]
+    lines += ["### Memory", ""]
+    lines += _table(
+        ["process", "peak RSS MiB"], [[k, f"{v:.1f}"] for k, v in report.peak_rss_mb.items()]
+    )
+    if report.profile is not None:
+        p = report.profile
+        lines += [
+            "",
+            f"### Profile: sidecar outbound at 16 connections (py-spy, {p.samples} samples)",
+            "",
+            "Most samples on top of the stack (self time):",
+            "",
+        ]
+        lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.self_top])
+        lines += ["", "Sidecar functions with the most samples anywhere on the stack:", ""]
+        lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.inclusive_top])
+    return "\n".join(lines) + "\n"
+
+
+def write_section(doc: Path, section: str) -> None:
+    """Replace the `## Sidecar` section of `doc` (up to the next `## ` heading), or append it."""
+    if not doc.exists():
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(f"# Benchmarks\n\n{section}")
+        return
+    lines = doc.read_text().splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    if start is None:
+        doc.write_text("".join(lines).rstrip("\n") + "\n\n" + section)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "".join(lines[end:])
+    doc.write_text("".join(lines[:start]) + section + ("\n" + tail if tail else ""))

@@ -1,0 +1,248 @@
+"""Sidecar hop cost against direct calls, nginx and aiohttp, in one run.
+
+    .venv/bin/python -m bench sidecar             # full run (~3-4 min), writes docs/benchmarks.md
+    .venv/bin/python bench/sidecar/run.py --quick # one short round, prints only
+
+One fixed upstream (nginx answering a 13-byte body) behind: nothing (direct); the sidecar's
+outbound listener; a client sidecar + a server sidecar (outbound -> inbound -> app, the mesh
+shape); nginx as a reverse proxy; a minimal aiohttp reverse proxy. wrk (one thread) drives each
+at 1 and 16 connections; a fixed-rate client drives 1000 rps; a grpcio client drives the gRPC
+`Call` path. Rounds are interleaved (every cell once per round) so a noisy neighbour hurts all
+cells alike; each number is the median over rounds. CPU seconds come from /proc per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.sidecar import procs
+from bench.sidecar.loadgen import LoadResult, grpc_calls, paced_http
+from bench.sidecar.procs import Proc
+from bench.sidecar.profile import Profile, profile_outbound
+from bench.sidecar.report import Cell, Report, Sample, render, write_section
+from bench.sidecar.wrk import WrkMissing, run_wrk, wrk_binary
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+CONNECTIONS = (1, 16)
+PACED_RATE = 1000.0
+
+
+@dataclass
+class Scenario:
+    """One way to reach the upstream, and the proxy processes whose CPU it costs."""
+
+    name: str
+    hops: int
+    port: int
+    path: str
+    measured: list[Proc]
+
+
+def _measure(
+    measured: list[Proc], run: Callable[[], tuple[float, float, float, float, int, int]]
+) -> Sample:
+    before = {p.name: p.cpu_seconds() for p in measured}
+    p50, p90, p99, rps, requests, errors = run()
+    cpu = {p.name: p.cpu_seconds() - before[p.name] for p in measured}
+    return Sample(p50, p90, p99, rps, requests, errors, cpu)
+
+
+def _wrk_cell(s: Scenario, connections: int, seconds: float, workdir: Path) -> Sample:
+    def run() -> tuple[float, float, float, float, int, int]:
+        r = run_wrk(f"http://127.0.0.1:{s.port}{s.path}", connections, seconds, workdir)
+        return r.p50, r.p90, r.p99, r.rps, r.requests, r.errors + r.status_errors
+
+    return _measure(s.measured, run)
+
+
+def _load_cell(measured: list[Proc], load: Callable[[], LoadResult]) -> Sample:
+    def run() -> tuple[float, float, float, float, int, int]:
+        r = load()
+        return (
+            r.percentile(50),
+            r.percentile(90),
+            r.percentile(99),
+            r.rps,
+            len(r.latencies_us),
+            r.errors,
+        )
+
+    return _measure(measured, run)
+
+
+def _on_loop(coro: Coroutine[Any, Any, LoadResult]) -> LoadResult:
+    """Run a load generator on uvloop when installed (as the sidecar does)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def _paced(s: Scenario, seconds: float) -> LoadResult:
+    return _on_loop(paced_http("127.0.0.1", s.port, s.path, PACED_RATE, seconds))
+
+
+def _grpc(port: int, connections: int, seconds: float) -> LoadResult:
+    return _on_loop(grpc_calls(f"127.0.0.1:{port}", "payment", connections, seconds))
+
+
+def start_processes(workdir: Path, notes: list[str]) -> tuple[dict[str, Proc], list[Scenario]]:
+    """Start the upstream, the peers and the sidecars; return them and the scenarios."""
+    started: dict[str, Proc] = {}
+    up = started["upstream"] = procs.start_upstream(workdir)
+    upstream_url = f"http://127.0.0.1:{up.port}"
+    out = started["sidecar"] = procs.start_client_sidecar(workdir, upstream_url, "sidecar")
+    server = started["sidecar-server"] = procs.start_server_sidecar(workdir, up.port)
+    pair = started["sidecar-client"] = procs.start_client_sidecar(
+        workdir, f"http://127.0.0.1:{server.port}", "sidecar-client"
+    )
+    nginx = started["nginx-proxy"] = procs.start_nginx_proxy(workdir, up.port)
+    scenarios = [
+        Scenario("direct", 0, up.port, "/", []),
+        Scenario("sidecar (outbound)", 1, out.port, "/payment/", [out]),
+        Scenario("sidecar pair", 2, pair.port, "/payment/", [pair, server]),
+        Scenario("nginx proxy", 1, nginx.port, "/", [nginx]),
+    ]
+    try:
+        aio = started["aiohttp-proxy"] = procs.start_aiohttp_proxy(workdir, up.port)
+        scenarios.append(Scenario("aiohttp proxy", 1, aio.port, "/", [aio]))
+    except procs.BenchSetupError as exc:
+        notes.append(
+            f"aiohttp proxy not measured ({str(exc).splitlines()[-1]}); pip install aiohttp"
+        )
+    return started, scenarios
+
+
+def run_rounds(
+    scenarios: list[Scenario], started: dict[str, Proc], rounds: int, seconds: float, workdir: Path
+) -> Report:
+    """Every cell once per round; wrk, then fixed rate, then gRPC."""
+    report = Report(scenarios=[(s.name, s.hops, [p.name for p in s.measured]) for s in scenarios])
+    for s in scenarios:  # warm pools and caches; not recorded
+        run_wrk(f"http://127.0.0.1:{s.port}{s.path}", 16, 1, workdir)
+    paced = [s for s in scenarios if s.name != "aiohttp proxy"]
+    grpc_port = started["sidecar"].extra_ports["grpc"]
+    for number in range(1, rounds + 1):
+        print(f"round {number}/{rounds}", flush=True)
+        for connections in CONNECTIONS:
+            for s in scenarios:
+                cell = report.wrk.setdefault((s.name, connections), Cell())
+                cell.samples.append(_wrk_cell(s, connections, seconds, workdir))
+        for s in paced:
+            cell = report.paced.setdefault(s.name, Cell())
+            cell.samples.append(_load_cell(s.measured, partial(_paced, s, seconds)))
+        for connections in CONNECTIONS:
+            cell = report.grpc.setdefault(connections, Cell())
+            load = partial(_grpc, grpc_port, connections, seconds)
+            cell.samples.append(_load_cell([started["sidecar"]], load))
+    report.peak_rss_mb = {name: p.peak_rss_mb() for name, p in started.items()}
+    return report
+
+
+def environment(rounds: int, seconds: float, load_before: float) -> dict[str, str]:
+    """What the numbers were measured on."""
+    wrk_version = "?"
+    try:
+        import subprocess
+
+        wrk_version = subprocess.run(
+            [wrk_binary(), "-v"], capture_output=True, text=True, check=False
+        ).stdout.split()[1]
+    except (OSError, IndexError, WrkMissing):
+        pass
+    try:
+        import uvloop
+
+        loop = f"uvloop {uvloop.__version__}"
+    except ImportError:
+        loop = "asyncio"
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} "
+        f"{platform.release()}",
+        "python": f"{platform.python_version()} ({loop})",
+        "tools": f"wrk {wrk_version} (1 thread), nginx {_nginx_version()} (1 process)",
+        "method": f"{rounds} interleaved rounds x {seconds:g} s per cell; medians over rounds",
+        "load average before the run": f"{load_before:.2f}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def _nginx_version() -> str:
+    import subprocess
+
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    try:
+        text = subprocess.run([binary, "-v"], capture_output=True, text=True, check=False).stderr
+    except OSError:
+        return "?"
+    return text.strip().rsplit("/", 1)[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sidecar benchmark, print the tables, and record them in docs/benchmarks.md."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell per round")
+    parser.add_argument("--quick", action="store_true", help="1 round of 1 s; no doc write")
+    parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
+    parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
+    parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.seconds, args.no_write, args.no_profile = 1, 1.0, True, True
+    try:
+        wrk_binary()
+    except WrkMissing as exc:
+        print(f"bench sidecar: {exc}", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()[0]
+    notes: list[str] = []
+    if load_before > 1.0:
+        notes.append(
+            f"The load average was {load_before:.1f} when the run started (2 cores): "
+            "other work shared the CPUs, so these numbers are noisy."
+        )
+    workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-sidecar-"))
+    started: dict[str, Proc] = {}
+    profile: Profile | None = None
+    try:
+        started, scenarios = start_processes(workdir, notes)
+        report = run_rounds(scenarios, started, args.rounds, args.seconds, workdir)
+        if not args.no_profile:
+            profile = profile_outbound(workdir, started["upstream"].port, 5.0)
+    except procs.BenchSetupError as exc:
+        print(f"bench sidecar: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for proc in reversed(started.values()):
+            proc.stop()
+    report.notes = notes
+    report.profile = profile
+    report.environment = environment(args.rounds, args.seconds, load_before)
+    markdown = render(report)
+    print(markdown)
+    if not args.no_write:
+        write_section(args.doc, markdown)
+        print(f"wrote the '## Sidecar' section of {args.doc}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
