@@ -283,3 +283,22 @@ def test_unsigned_mesh_without_secret_still_propagates(clock: FakeClock) -> None
     mesh.flood(mesh.table("b").breaker_opened(ep("c GET /c"), 10.0))
     assert not mesh.available("a GET /a")
     assert all(u.signature == "" for u in mesh.delivered)
+
+
+@pytest.mark.parametrize("retry_after", [0.0, -1.0, float("nan")])
+def test_an_open_breaker_already_due_for_a_probe_propagates_nothing(
+    chain: Mesh, retry_after: float
+) -> None:
+    b = chain.table("b")
+    chain.flood(b.breaker_opened(ep("c GET /c"), 10.0))
+    chain.flood(b.breaker_opened(ep("c GET /c"), retry_after))
+    assert chain.available("a GET /a")
+    assert b.is_available(ep("c GET /c"))
+
+
+def test_a_forced_open_breaker_is_capped_at_max_ttl(chain: Mesh, clock: FakeClock) -> None:
+    chain.flood(chain.table("b").breaker_opened(ep("c GET /c"), float("inf")))
+    clock.advance(299.0)
+    assert not chain.available("a GET /a")
+    clock.advance(1.0)
+    assert chain.available("a GET /a")

@@ -122,8 +122,10 @@ class AvailabilityTable:
         self, target: Target, retry_after: float, reason: str = "circuit open"
     ) -> tuple[AvailabilityUpdate, ...]:
         """This sidecar's breaker for `target` opened (or was refreshed) for `retry_after` s."""
+        ttl = min(retry_after, self._max_ttl)
+        if not ttl > 0:  # already due for a probe (or NaN): nothing to propagate
+            return self.breaker_recovered(target)
         now, wall = self._clock(), self._wall()
-        ttl = min(max(retry_after, 0.0), self._max_ttl)
         if isinstance(target, str):
             root = Endpoint.service_wide(target)
             self._service_roots[target] = Unavailability(
