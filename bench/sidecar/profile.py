@@ -3,7 +3,9 @@
 py-spy spawns the sidecar (attaching to a running process needs ptrace rights a container may
 not grant), records raw collapsed stacks until the sidecar exits, and the summary lists the
 functions with the most samples at the top of the stack (self time) and the sidecar functions
-with the most samples anywhere on it (inclusive time).
+with the most samples anywhere on it (inclusive time). Start-up (imports) is left out. py-spy
+samples Python frames: time in a C call (a socket send inside `transport.write`) is charged to
+the Python function that made it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def summarise(raw: str, top: int = 10) -> Profile:
     total = 0
     for line in raw.splitlines():
         stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
+        if not stack or not count_text.isdigit() or "importlib" in stack:
+            continue  # start-up (imports) is not the cost of serving
         count = int(count_text)
         total += count
         frames = [f.split(" (", 1)[0] + _where(f) for f in stack.split(";")]
