@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -72,15 +75,31 @@ def test_children_die_with_a_killed_launcher() -> None:
 
 def test_a_service_that_cannot_start_fails_the_launch_with_its_log() -> None:
     system = DemoSystem.create("direct", FAST)
-    # Occupy the courier's port so that its process exits at once.
-    import socket
-
-    with socket.socket() as blocker:
-        blocker.bind(("127.0.0.1", system.topology.service("courier").port))
-        blocker.listen()
+    with _occupied(system.topology.service("courier").port):
         with pytest.raises(LaunchError, match="courier exited"):
-            system.start(timeout=60)
+            system.start(timeout=60, attempts=1)
 
     spawned = [p.pid for p in system.processes.values() if p.pid is not None]
     assert len(spawned) == 7
     assert not any(pid_alive(pid) for pid in spawned)
+    assert not system.workdir.exists()
+
+
+def test_a_port_taken_before_launch_is_replaced_by_a_fresh_one() -> None:
+    system = DemoSystem.create("direct", FAST)
+    taken = system.topology.service("courier").port
+    with _occupied(taken):
+        system.start(timeout=60)
+    try:
+        assert system.topology.service("courier").port != taken
+        assert set(system.pids()) == set(system.topology.services)
+    finally:
+        system.stop()
+
+
+@contextlib.contextmanager
+def _occupied(port: int) -> Iterator[None]:
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", port))
+        blocker.listen()
+        yield
