@@ -75,9 +75,11 @@ def test_children_die_with_a_killed_launcher() -> None:
 
 def test_a_service_that_cannot_start_fails_the_launch_with_its_log() -> None:
     system = DemoSystem.create("direct", FAST)
-    with _occupied(system.topology.service("courier").port):
-        with pytest.raises(LaunchError, match="courier exited"):
-            system.start(timeout=60, attempts=1)
+    with (
+        _occupied(system.topology.service("courier").port),
+        pytest.raises(LaunchError, match="courier exited"),
+    ):
+        system.start(timeout=60, attempts=1)
 
     spawned = [p.pid for p in system.processes.values() if p.pid is not None]
     assert len(spawned) == 7
