@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import pytest
@@ -164,3 +165,45 @@ def test_bad_settings_fail_at_construction(kwargs: dict[str, object], word: str)
         BreakerTransport(httpx.MockTransport(lambda r: httpx.Response(200)), **kwargs)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=word):
         AsyncBreakerTransport(httpx.MockTransport(lambda r: httpx.Response(200)), **kwargs)  # type: ignore[arg-type]
+
+
+def test_half_open_admits_one_probe_among_concurrent_requests(clock: FakeClock) -> None:
+    released = threading.Event()
+    in_probe = threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/trip":
+            return httpx.Response(500)
+        in_probe.set()
+        released.wait(timeout=10)  # hold the probe until every other request was answered
+        return httpx.Response(200)
+
+    transport = BreakerTransport(
+        httpx.MockTransport(handler), failure_threshold=1, recovery_timeout=5, clock=clock
+    )
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    with httpx.Client(transport=transport) as client:
+        client.get("http://upstream.test/trip")
+        clock.advance(5)
+        barrier = threading.Barrier(8)
+
+        def request() -> None:
+            barrier.wait(timeout=10)
+            try:
+                outcome = str(client.get(URL).status_code)
+            except CircuitOpenError:
+                outcome = "rejected"
+            with lock:
+                outcomes.append(outcome)
+                if outcomes.count("rejected") == 7:
+                    released.set()
+
+        threads = [threading.Thread(target=request) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    assert in_probe.is_set()
+    assert sorted(outcomes) == ["200"] + ["rejected"] * 7
+    assert transport.breakers["upstream.test"].state is State.CLOSED
