@@ -302,3 +302,36 @@ def test_a_forced_open_breaker_is_capped_at_max_ttl(chain: Mesh, clock: FakeCloc
     assert not chain.available("a GET /a")
     clock.advance(1.0)
     assert chain.available("a GET /a")
+
+
+def test_a_new_subscriber_hears_the_current_unavailabilities(chain: Mesh, clock: FakeClock) -> None:
+    b = chain.table("b")
+    assert b.current() == []
+    (down,) = b.breaker_opened(ep("c GET /c"), 10.0)
+    assert b.current() == [down]
+    # A late subscriber (a new replica of a) applies it and is up to date.
+    late = AvailabilityTable(
+        "a", DependencyGraph(clock), clock=clock, wall_clock=clock.wall, secret=chain.secret
+    )
+    late.learn(ep("a GET /a"), ep("b GET /b"))
+    assert late.receive(b.current()[0]).verdict is Verdict.ACCEPTED
+    assert not late.is_available(ep("a GET /a"))
+    # A reconnecting subscriber that saw `down` also hears the recovery it missed.
+    (up,) = b.breaker_recovered(ep("c GET /c"))
+    assert b.current() == []
+    assert b.current(since_version=down.version) == [up]
+    assert b.current(since_version=up.version) == []
+    # An old recovery is re-issued fresh, so it is not refused as expired.
+    clock.advance(120.0)
+    (again,) = b.current(since_version=down.version)
+    assert again.available
+    assert again.version > up.version
+    assert late.receive(again).verdict is Verdict.ACCEPTED
+    assert late.is_available(ep("a GET /a"))
+
+
+def test_expired_unavailabilities_are_not_replayed(chain: Mesh, clock: FakeClock) -> None:
+    b = chain.table("b")
+    b.breaker_opened(ep("c GET /c"), 10.0)
+    clock.advance(10.0)
+    assert b.current() == []

@@ -88,6 +88,7 @@ class AvailabilityTable:
         self._remote: dict[Endpoint, Unavailability] = {}
         self._derived: dict[Endpoint, Unavailability] = {}
         self._versions: dict[Endpoint, int] = {}
+        self._last_sent: dict[Endpoint, AvailabilityUpdate] = {}  # ours, for new subscribers
         self._last_version = 0
         self.counters: Counter[str] = Counter()
 
@@ -176,6 +177,26 @@ class AvailabilityTable:
     def graph_changed(self, callers: Iterable[Endpoint]) -> tuple[AvailabilityUpdate, ...]:
         """Re-evaluate `callers` after edges were declared, marked optional or expired."""
         return self._propagate(tuple(callers), self._clock())
+
+    def current(self, since_version: int = 0) -> list[AvailabilityUpdate]:
+        """What a new `Watch` subscriber must hear about our endpoints.
+
+        `since_version=0` (a first subscription): every live unavailability. Otherwise (a
+        reconnect) every last update newer than `since_version`, so missed recoveries arrive
+        too; a recovery whose validity ran out is re-issued with a fresh version.
+        """
+        wall = self._wall()
+        found: list[AvailabilityUpdate] = []
+        for endpoint, update in list(self._last_sent.items()):
+            if update.version <= since_version:
+                continue
+            if not update.available:
+                if update.expires_at > wall:
+                    found.append(update)
+            elif since_version > 0:
+                live = update.expires_at > wall
+                found.append(update if live else self._update(endpoint, None))
+        return found
 
     def expire_edges(self) -> tuple[AvailabilityUpdate, ...]:
         """Age out unseen learned edges and re-evaluate their callers (call periodically)."""
@@ -337,7 +358,10 @@ class AvailabilityTable:
             update = AvailabilityUpdate(
                 self.service, endpoint, False, u.cause_chain, u.expires_at, version
             )
-        return sign(update, self._secret) if self._secret is not None else update
+        if self._secret is not None:
+            update = sign(update, self._secret)
+        self._last_sent[endpoint] = update
+        return update
 
     def _remember_version(self, endpoint: Endpoint, version: int) -> None:
         versions = self._versions
