@@ -32,7 +32,8 @@ __all__ = [
 # retry_after_ms for a circuit that only an operator can close (forced open).
 FOREVER_MS = 2**64 - 1
 
-_METHOD = re.compile(r"^[A-Za-z]{1,32}$")
+# RFC 9110 tokens: methods such as M-SEARCH are legal.
+_METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
 _BAD_VALUE = re.compile(r"[\x00\r\n]")
 _BAD_PATH = re.compile(r"[\x00-\x20\x7f]")
