@@ -156,6 +156,7 @@ async def test_cancelled_probe_frees_the_half_open_slot(clock: FakeClock) -> Non
         ({"on_open": "ignore"}, "on_open"),
         ({"failure_statuses": {700}}, "failure_statuses"),
         ({"key": "host"}, "key"),
+        ({"failure_exceptions": httpx.ReadTimeout}, "failure_exceptions"),
         ({"breaker": CircuitBreaker("x"), "key": lambda r: "k"}, "breaker"),
         ({"breaker_factory": CircuitBreaker, "failure_threshold": 3}, "breaker_factory"),
     ],

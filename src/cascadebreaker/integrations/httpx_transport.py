@@ -91,6 +91,12 @@ class _BreakerRouting:
             raise ValueError(f"key must be a callable taking a request, got {key!r}")
         if not all(isinstance(s, int) and 100 <= s <= 599 for s in failure_statuses):
             raise ValueError(f"failure_statuses must be HTTP status codes: {failure_statuses!r}")
+        if not isinstance(failure_exceptions, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in failure_exceptions
+        ):
+            raise ValueError(
+                f"failure_exceptions must be a tuple of exception types: {failure_exceptions!r}"
+            )
         self._key = key or host_key
         self._fixed = breaker
         self._store = store if store is not None else MemoryStore()
