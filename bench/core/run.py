@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     parser.add_argument("--no-redis", action="store_true", help="skip the Redis-mode comparison")
     parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
-    args = parser.parse_args(argv)
+    # `python -m bench -- ARGS` hands the same ARGS to every suite: skip what is not ours.
+    args, ignored = parser.parse_known_args(argv)
+    if ignored:
+        print(f"bench core: ignoring {' '.join(ignored)}")
     if args.quick:
         args.repeats, args.round_ms, args.no_write = 3, 10.0, True
 
