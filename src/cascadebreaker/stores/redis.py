@@ -3,7 +3,7 @@
 Keys: one hash per breaker, ``ccb:<namespace>:<name>``, refreshed to expire after `key_ttl`.
 Channel: ``ccb:<namespace>``, carrying state changes (and "a failure run started") as JSON.
 Threads: one subscriber (keeps local views current, detects outages, resynchronises) and one
-flusher (batched outcomes, urgent trips, probe results, manual control) per store.
+flusher (batched outcomes, urgent trips and probe results) per store.
 See docs/redis.md for the consistency model and failure behaviour.
 """
 
@@ -177,8 +177,15 @@ class RedisStore:
         self._urgent_op(("probe", slot, args))
 
     def send_control(self, slot: RedisSlot, action: str) -> None:
-        """Queue a manual control action for immediate push."""
-        self._urgent_op(("control", slot, (action,)))
+        """Push a manual control action now (inline, so that once `reset()` returns no older
+        shared state can flicker back); kept for the resync when Redis is unreachable."""
+        if self.online:
+            try:
+                slot.apply(RemoteState.from_reply(self._run("control", slot, (action,))))
+                return
+            except REDIS_ERRORS as exc:
+                self._mark_offline(exc)
+        slot.pending_control = action
 
     def mark_pending(self, slot: RedisSlot) -> None:
         """Note that `slot` has batched outcomes to report."""
@@ -255,11 +262,9 @@ class RedisStore:
 
     def _park(self, ops: list[Op]) -> None:
         """Redis is down: keep what must survive the outage on the slots, drop the rest."""
-        for script, slot, args in ops:
+        for script, slot, _args in ops:
             if script == "trip":
                 slot.pending_trip = True
-            elif script == "control":
-                slot.pending_control = args[0]
             else:
                 self.dropped += 1  # a probe result: the round is decided afresh after the outage
 

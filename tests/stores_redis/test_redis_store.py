@@ -1,0 +1,182 @@
+"""RedisStore specifics: keys, expiry, namespaces, versioning, leases, outages, bad input."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cascadebreaker import CircuitBreaker, CircuitOpenError, RedisStore, State
+from cascadebreaker.stores.base import Store
+from cascadebreaker.stores.redis_scripts import RemoteState
+
+from .conftest import eventually
+
+pytestmark = pytest.mark.redis
+MakeStore = Callable[..., RedisStore]
+
+
+def boom() -> None:
+    raise RuntimeError("upstream down")
+
+
+def fail(breaker: CircuitBreaker, times: int = 1) -> None:
+    for _ in range(times):
+        with pytest.raises(RuntimeError):
+            breaker.call(boom)
+
+
+def shared(store: RedisStore, name: str = "upstream") -> dict[str, str]:
+    raw: Any = store.client.hgetall(store.key(name))
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+def test_implements_the_store_protocol(redis_stores: MakeStore) -> None:
+    assert isinstance(redis_stores(), Store)
+
+
+def test_keys_are_namespaced_and_expire(redis_stores: MakeStore, namespace: str) -> None:
+    store = redis_stores(key_ttl=0.5)
+    breaker = CircuitBreaker("upstream", failure_threshold=1, store=store)
+    fail(breaker)
+    key = f"ccb:{namespace}:upstream"
+    assert store.key("upstream") == key
+    eventually(lambda: shared(store).get("state") == "OPEN", what="the trip is written")
+    ttl: Any = store.client.pttl(key)
+    assert 0 < ttl <= 500
+    eventually(lambda: not store.client.exists(key), what="the idle key expires")
+
+
+def test_namespaces_do_not_share(redis_stores: MakeStore, namespace: str) -> None:
+    shop, shop_too, other = redis_stores(), redis_stores(), redis_stores(ns=namespace + "-other")
+    a = CircuitBreaker("upstream", failure_threshold=1, store=shop)
+    b = CircuitBreaker("upstream", failure_threshold=1, store=shop_too)
+    c = CircuitBreaker("upstream", failure_threshold=1, store=other)
+    fail(a)
+    eventually(lambda: b.state is State.OPEN, what="same namespace shares")
+    assert c.state is State.CLOSED
+    assert c.call(lambda: "ok") == "ok"
+
+
+def test_a_new_member_joins_an_open_fleet(redis_stores: MakeStore) -> None:
+    a = CircuitBreaker("upstream", failure_threshold=1, store=redis_stores())
+    fail(a)
+    eventually(lambda: a.snapshot()["version"] == int(shared(redis_stores())["version"]))
+    late = CircuitBreaker("upstream", failure_threshold=1, store=redis_stores())
+    assert late.state is State.OPEN  # read on creation, before any call
+    with pytest.raises(CircuitOpenError):
+        late.call(lambda: None)
+
+
+def test_successes_anywhere_reset_the_fleet_failure_count(redis_stores: MakeStore) -> None:
+    store_a, store_b = redis_stores(), redis_stores()
+    a = CircuitBreaker("upstream", failure_threshold=2, store=store_a)
+    b = CircuitBreaker("upstream", failure_threshold=2, store=store_b)
+    fail(a)
+    eventually(lambda: shared(store_a).get("fails") == "1", what="a's failure is counted")
+    eventually(
+        lambda: store_b.slot("upstream", b.config, time.monotonic).shared_dirty,
+        what="b hears a run started",
+    )
+    assert b.call(lambda: "ok") == "ok"  # lock-free path, reported by b's flusher
+    eventually(lambda: shared(store_a).get("fails") == "0", what="b's success resets the count")
+    fail(b)
+    eventually(lambda: shared(store_a).get("fails") == "1", what="b's failure is counted")
+    assert a.state is State.CLOSED and b.state is State.CLOSED
+
+
+def test_a_late_write_never_overwrites_a_newer_state(redis_stores: MakeStore) -> None:
+    store = redis_stores()
+    breaker = CircuitBreaker("upstream", failure_threshold=1, store=store)
+    slot = store.slot("upstream", breaker.config, time.monotonic)
+    stale = slot.remote_version
+    fail(breaker)
+    eventually(lambda: shared(store).get("state") == "OPEN")
+    breaker.reset()
+    eventually(lambda: shared(store).get("state") == "CLOSED")
+    newer = int(shared(store)["version"])
+    # A trip decided under an older version, and a probe result from an older round, are no-ops.
+    trip = RemoteState.from_reply(store._run("trip", slot, (stale, 1000, "late", 0)))
+    assert trip.state is State.CLOSED and trip.version == newer
+    probe = RemoteState.from_reply(store._run("probe", slot, (stale, "S", 1, 1000)))
+    assert probe.state is State.CLOSED and probe.version == newer
+
+
+def test_probe_lease_frees_a_lost_probe(redis_stores: MakeStore) -> None:
+    store_a = redis_stores(probe_lease=0.3)
+    store_b = redis_stores(probe_lease=0.3)
+    a = CircuitBreaker("upstream", failure_threshold=1, recovery_timeout=0.1, store=store_a)
+    b = CircuitBreaker("upstream", failure_threshold=1, recovery_timeout=0.1, store=store_b)
+    fail(a)
+    eventually(lambda: b.state is State.OPEN)
+
+    def admitted(breaker: CircuitBreaker) -> bool:
+        try:
+            breaker.acquire()  # never finished: this probe's process 'dies'
+        except CircuitOpenError:
+            return False
+        return True
+
+    eventually(lambda: admitted(a), what="the first probe")
+    with pytest.raises(CircuitOpenError):
+        b.acquire()
+    eventually(lambda: admitted(b), what="the lease runs out and frees the budget")
+
+
+def test_unreachable_redis_never_raises_and_logs_once(
+    caplog: pytest.LogCaptureFixture, own_redis_server: Any, namespace: str
+) -> None:
+    own_redis_server.stop()
+    store = RedisStore.from_url(own_redis_server.url, namespace=namespace)
+    try:
+        with caplog.at_level(logging.WARNING, logger="cascadebreaker"):
+            breaker = CircuitBreaker(
+                "upstream", failure_threshold=2, recovery_timeout=0.1, store=store
+            )
+            for _ in range(50):
+                assert breaker.call(lambda: "ok") == "ok"
+            fail(breaker, 2)
+            assert breaker.state is State.OPEN  # local state goes on
+            time.sleep(0.15)
+            assert breaker.call(lambda: "probe") == "probe"  # local probe closes it
+            assert breaker.state is State.CLOSED
+            breaker.force_open()
+            breaker.reset()
+        unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+        assert len(unreachable) == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("key_ttl", 0),
+        ("flush_interval", -1.0),
+        ("probe_lease", 0),
+        ("half_open_poll", 0),
+        ("socket_timeout", 0),
+        ("max_pending", 0),
+    ],
+)
+def test_bad_options_are_rejected(redis_server: Any, option: str, value: float) -> None:
+    with pytest.raises(ValueError, match=option):
+        RedisStore.from_url(redis_server.url, **{option: value})
+
+
+def test_bad_namespace_is_rejected(redis_server: Any) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        RedisStore.from_url(redis_server.url, namespace="")
+
+
+def test_malformed_messages_are_ignored(redis_stores: MakeStore) -> None:
+    store_a, store_b = redis_stores(), redis_stores()
+    a = CircuitBreaker("upstream", failure_threshold=1, store=store_a)
+    b = CircuitBreaker("upstream", failure_threshold=1, store=store_b)
+    store_a.client.publish(store_a.channel, b"not json")
+    store_a.client.publish(store_a.channel, b'{"n": "upstream", "s": "SIDEWAYS"}')
+    fail(a)
+    eventually(lambda: b.state is State.OPEN, what="later messages still arrive")
