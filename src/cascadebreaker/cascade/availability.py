@@ -348,15 +348,16 @@ class AvailabilityTable:
     def _update(self, endpoint: Endpoint, u: Unavailability | None) -> AvailabilityUpdate:
         wall = self._wall()
         version = max(self._last_version + 1, int(wall * 1_000_000))
+        # Millisecond precision is what the wire keeps; rounding here spares `sign` a copy.
         self._last_version = version
         self._remember_version(endpoint, version)
         if u is None:
-            update = AvailabilityUpdate(
-                self.service, endpoint, True, (), wall + self._recovery_ttl, version
-            )
+            expires_at = round((wall + self._recovery_ttl) * 1000) / 1000
+            update = AvailabilityUpdate(self.service, endpoint, True, (), expires_at, version)
         else:
+            expires_at = round(u.expires_at * 1000) / 1000
             update = AvailabilityUpdate(
-                self.service, endpoint, False, u.cause_chain, u.expires_at, version
+                self.service, endpoint, False, u.cause_chain, expires_at, version
             )
         if self._secret is not None:
             update = sign(update, self._secret)

@@ -218,8 +218,10 @@ def _mac(update: AvailabilityUpdate, secret: bytes) -> str:
 
 def sign(update: AvailabilityUpdate, secret: bytes) -> AvailabilityUpdate:
     """Return `update` with `expires_at` rounded to milliseconds and its HMAC-SHA256 (hex) set."""
-    rounded = replace(update, expires_at=_ms(update.expires_at), signature="")
-    return replace(rounded, signature=_mac(rounded, secret))
+    rounded = _ms(update.expires_at)
+    if rounded != update.expires_at:
+        update = replace(update, expires_at=rounded)
+    return replace(update, signature=_mac(update, secret))  # the MAC never covers `signature`
 
 
 def verify_signature(update: AvailabilityUpdate, secret: bytes | None) -> Verdict:
