@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import os
 import sys
 import time
 from typing import Any
@@ -51,6 +52,16 @@ def register(subparsers: Any) -> None:
     from cascadebreaker.demo.workerpool_command import add_arguments
 
     add_arguments(workerpool)
+
+    experiment = subparsers.add_parser(
+        "experiment", help="three modes x three faults + overhead: results.json, report, plots"
+    )
+    experiment.add_argument("--out", required=True, help="output directory")
+    experiment.add_argument("--quick", action="store_true", help="short phases (CI)")
+    experiment.add_argument("--faults", default=None, help="comma-separated subset of faults")
+    experiment.add_argument("--modes", default=None, help="comma-separated: none,plain,cascade")
+    experiment.add_argument("--no-overhead", action="store_true", help="skip the overhead part")
+    experiment.set_defaults(handler=run_experiment)
 
     fault = subparsers.add_parser("fault", help="switch faults of a running `ccb demo`")
     fault_sub = fault.add_subparsers(dest="fault_command", metavar="ACTION", required=True)
@@ -117,6 +128,59 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         remove_state()
         system.stop()
+    return 0
+
+
+def run_experiment(args: argparse.Namespace) -> int:
+    """`ccb experiment`: every (fault, mode) case, then the overhead runs; write the outputs."""
+    import datetime
+    import platform
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from cascadebreaker.demo.experiment import (
+        FAULTS,
+        ExperimentSettings,
+        available_modes,
+        run_faults,
+    )
+    from cascadebreaker.demo.launcher import sigterm_as_interrupt
+    from cascadebreaker.demo.overhead import run_overhead
+    from cascadebreaker.demo.report import write_outputs
+
+    settings = ExperimentSettings.quick() if args.quick else ExperimentSettings()
+    faults = args.faults.split(",") if args.faults else list(FAULTS)
+    modes = args.modes.split(",") if args.modes else available_modes()
+    unknown = [f for f in faults if f not in FAULTS] + [
+        m for m in modes if m not in ("none", "plain", "cascade")
+    ]
+    if unknown:
+        print(f"ccb experiment: unknown fault/mode: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    sigterm_as_interrupt()
+
+    def progress(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "meta": {
+            "quick": args.quick,
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+            "settings": asdict(settings),
+        },
+        "faults": run_faults(settings, faults, modes, progress),
+    }
+    if not args.no_overhead:
+        rates = [10.0, 30.0] if args.quick else [25.0, 50.0, 100.0, 200.0]
+        seconds = 4.0 if args.quick else 15.0
+        results["overhead"] = run_overhead(rates, seconds, progress)
+    results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+    out = Path(args.out)
+    write_outputs(results, out)
+    print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {len(results['plots'])} plots")
     return 0
 
 

@@ -38,9 +38,16 @@ EXTERNAL = frozenset({"payment-gateway", "courier"})
 START_ORDER = ("payment-gateway", "courier", "inventory", "payment", "shipping", "order", "gateway")
 
 
+# Steps a saga orchestrator may have to undo, and how often it tries each compensation.
+COMPENSATED: dict[str, tuple[str, ...]] = {"order": ("inventory", "payment")}
+COMPENSATION_ATTEMPTS = 3
+
+
 def _budget(service: str) -> int:
-    """Call-timeout units a call to `service` may take: itself plus its calls, in sequence."""
-    return 1 + sum(_budget(upstream) for upstream in CALLS[service])
+    """Call-timeout units a call to `service` may take: its calls in sequence, compensations too."""
+    steps = sum(_budget(upstream) for upstream in CALLS[service])
+    undo = sum(_budget(upstream) for upstream in COMPENSATED.get(service, ()))
+    return 1 + steps + undo * COMPENSATION_ATTEMPTS
 
 
 def free_port() -> int:

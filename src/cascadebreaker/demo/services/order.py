@@ -14,10 +14,10 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp
 
 from cascadebreaker.demo.services.common import DownstreamError, ServiceContext, service_app
+from cascadebreaker.demo.topology import COMPENSATION_ATTEMPTS
 
 # The endpoint the pre-check asks about: this service's own saga entry.
 ORDER_ENDPOINT = "POST /v1/orders"
-COMPENSATION_ATTEMPTS = 3
 
 
 class OrderIn(BaseModel):

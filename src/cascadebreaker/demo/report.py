@@ -1,0 +1,163 @@
+"""The experiment's outputs: results.json, a markdown report and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# Rows of the per-fault tables, in reading order.
+CASE_ROWS = (
+    "orders",
+    "failed_orders",
+    "outcome_failed",
+    "outcome_refused",
+    "outcome_error",
+    "compensations",
+    "compensations_per_failed_order",
+    "remote_calls_per_failed_order",
+    "wasted_reservations",
+    "wasted_charges",
+    "p50_ms_failed",
+    "p95_ms_failed",
+    "p99_ms_failed",
+    "p50_ms_ok",
+    "p95_ms_ok",
+    "p99_ms_ok",
+    "time_to_first_early_refusal_s",
+    "early_refusals_while_healthy",
+    "recovery_s",
+)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The report: one table per fault (metrics by modes) and the overhead table."""
+    lines = ["# cascadebreaker experiment", ""]
+    meta = results.get("meta", {})
+    if meta:
+        lines += [f"- {key}: `{json.dumps(value)}`" for key, value in meta.items()] + [""]
+    for fault, by_mode in results.get("faults", {}).items():
+        modes = list(by_mode)
+        lines += [
+            f"## {fault}",
+            "",
+            "| metric | " + " | ".join(modes) + " |",
+            "|---|" + "---:|" * len(modes),
+        ]
+        for row in CASE_ROWS:
+            lines.append(
+                f"| {row} | " + " | ".join(_cell(by_mode[m].get(row)) for m in modes) + " |"
+            )
+        lines.append("")
+    overhead = results.get("overhead")
+    if overhead:
+        lines += [
+            "## overhead (healthy load)",
+            "",
+            "| mode | rate/s | orders | cpu % | rss MB | mean ms | p95 ms | p99 ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for mode, runs in overhead.get("runs", {}).items():
+            for run in runs:
+                lines.append(
+                    f"| {mode} | {_cell(run['rate'])} | {run['orders']} | "
+                    f"{_cell(run['cpu_percent'])} | {_cell(run['rss_mb'])} | "
+                    f"{_cell(run['mean_ms'])} | {_cell(run['p95_ms'])} | "
+                    f"{_cell(run['p99_ms'])} |"
+                )
+        if overhead.get("added"):
+            lines += [
+                "",
+                "Added by the sidecars (sidecar minus direct):",
+                "",
+                "| rate/s | mean ms | p95 ms | cpu points | cpu % rel | rss MB | rss % rel |",
+                "|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            for a in overhead["added"]:
+                lines.append(
+                    f"| {_cell(a['rate'])} | {_cell(a['mean_ms'])} | "
+                    f"{_cell(a['p95_ms'])} | {_cell(a['cpu_percent_points'])} | "
+                    f"{_cell(a['cpu_relative_pct'])} | {_cell(a['rss_mb'])} | "
+                    f"{_cell(a['rss_relative_pct'])} |"
+                )
+        lines.append("")
+    plots = results.get("plots", [])
+    if plots:
+        lines += ["## plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], out: Path) -> list[str]:
+    """PNG plots next to the report; returns their file names (none without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        return []
+    names: list[str] = []
+    faults = results.get("faults", {})
+    for metric, title in (
+        ("compensations_per_failed_order", "compensations per failed order"),
+        ("remote_calls_per_failed_order", "remote calls per failed order"),
+        ("p95_ms_failed", "p95 latency of failed orders (ms)"),
+    ):
+        if not faults:
+            break
+        modes = sorted(
+            {m for by_mode in faults.values() for m in by_mode},
+            key=["none", "plain", "cascade"].index,
+        )
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / max(1, len(modes))
+        for i, mode in enumerate(modes):
+            values = [faults[f].get(mode, {}).get(metric) or 0 for f in faults]
+            ax.bar([x + i * width for x in range(len(faults))], values, width, label=mode)
+        ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(faults))], list(faults))
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        name = f"{metric}.png"
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        names.append(name)
+    overhead = results.get("overhead")
+    if overhead and overhead.get("runs"):
+        fig, (cpu, lat) = plt.subplots(1, 2, figsize=(10, 4))
+        for mode, runs in overhead["runs"].items():
+            rates = [r["rate"] for r in runs]
+            cpu.plot(rates, [r["cpu_percent"] for r in runs], marker="o", label=mode)
+            lat.plot(rates, [r["mean_ms"] or 0 for r in runs], marker="o", label=f"{mode} mean")
+            lat.plot(
+                rates,
+                [r["p95_ms"] or 0 for r in runs],
+                marker="x",
+                linestyle="--",
+                label=f"{mode} p95",
+            )
+        cpu.set(title="CPU of all processes (%)", xlabel="orders/s")
+        lat.set(title="order response time (ms)", xlabel="orders/s")
+        cpu.legend()
+        lat.legend()
+        fig.tight_layout()
+        fig.savefig(out / "overhead.png", dpi=110)
+        plt.close(fig)
+        names.append("overhead.png")
+    return names
+
+
+def write_outputs(results: dict[str, Any], out: Path) -> None:
+    """Write results.json, the plots and report.md into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    results["plots"] = plot(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "report.md").write_text(markdown(results))
