@@ -59,10 +59,12 @@ def summarise(raw: str, top: int = 10) -> Profile:
             if "cascadebreaker/" in frame:
                 inclusive[frame] += count
     share = (lambda n: n / total) if total else (lambda n: 0.0)
+    # Frames on (nearly) every stack are the entry point and the event loop: no information.
+    busy = [(f, n) for f, n in inclusive.most_common() if n < 0.9 * total]
     return Profile(
         total,
         [(f, share(n)) for f, n in self_counts.most_common(top)],
-        [(f, share(n)) for f, n in inclusive.most_common(top)],
+        [(f, share(n)) for f, n in busy[:top]],
     )
 
 
