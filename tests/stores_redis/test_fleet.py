@@ -176,3 +176,29 @@ def test_redis_outage_mid_run(own_redis_server: Any, namespace: str, members: li
         unreachable = [m for m in report["logs"] if "unreachable" in m]
         assert len(unreachable) == 1, report["logs"]  # logged once, not per call
         assert report["state"] == "CLOSED"
+
+
+def test_a_store_survives_fork(redis_server: Any, namespace: str) -> None:
+    # Servers that load the app before forking workers (gunicorn --preload) fork after the
+    # store's threads started; the child gets fresh threads and stays in the fleet.
+    import multiprocessing
+
+    store = RedisStore.from_url(redis_server.url, namespace=namespace)
+    assert store.wait_ready()
+    breaker = CircuitBreaker(NAME, failure_threshold=1, store=store)
+
+    def child() -> None:
+        with pytest.raises(ZeroDivisionError):
+            breaker.call(lambda: 1 / 0)  # trips the fleet from the forked worker
+        eventually(lambda: breaker.state is State.CLOSED, timeout=10.0, what="parent's reset")
+        store.close()
+
+    try:
+        worker = multiprocessing.get_context("fork").Process(target=child)
+        worker.start()
+        eventually(lambda: breaker.state is State.OPEN, timeout=10.0, what="the child's trip")
+        breaker.reset()
+        worker.join(timeout=15)
+        assert worker.exitcode == 0
+    finally:
+        store.close()

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any
 
@@ -90,10 +92,15 @@ class RedisStore:
         }
         self._slots: dict[str, RedisSlot] = {}
         self._slots_lock = threading.Lock()
+        self._closed = False
+        self._start_workers()
+        _LIVE_STORES.add(self)
+
+    def _start_workers(self) -> None:
+        """Fresh queues, locks and threads (at start, and in a child process after fork)."""
         self._cond = threading.Condition()
         self._urgent: deque[Op] = deque()
         self._pending: set[RedisSlot] = set()
-        self._closed = False
         self._subscribed = threading.Event()
         self._threads = [
             threading.Thread(target=self._subscribe_loop, name="ccb-redis-sub", daemon=True),
@@ -101,6 +108,15 @@ class RedisStore:
         ]
         for thread in self._threads:
             thread.start()
+
+    def _after_fork(self) -> None:
+        # Threads do not survive fork and locks may have been held by them: start over, and
+        # let the new subscriber resynchronise (redis-py's pool reconnects in the child itself).
+        self._slots_lock = threading.Lock()
+        for slot in self._slots.values():
+            slot.lock = threading.Lock()
+        if not self._closed:
+            self._start_workers()
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "default", **options: Any) -> RedisStore:
@@ -147,6 +163,8 @@ class RedisStore:
             self._cond.notify_all()
         for thread in self._threads:
             thread.join(timeout=2.0)
+        self.online = False  # closed: slots go on with local state, nothing touches Redis
+        _LIVE_STORES.discard(self)
         with contextlib.suppress(*REDIS_ERRORS):
             self.client.close()
 
@@ -197,7 +215,7 @@ class RedisStore:
 
     def _urgent_op(self, op: Op) -> None:
         with self._cond:
-            if len(self._urgent) >= self.max_pending:
+            if len(self._urgent) >= self.max_pending or self._closed:
                 self.dropped += 1
                 return
             self._urgent.append(op)
@@ -348,6 +366,17 @@ class RedisStore:
     def _slots_snapshot(self) -> list[RedisSlot]:
         with self._slots_lock:
             return list(self._slots.values())
+
+
+_LIVE_STORES: weakref.WeakSet[RedisStore] = weakref.WeakSet()
+
+
+def _restart_after_fork() -> None:
+    for store in list(_LIVE_STORES):
+        store._after_fork()
+
+
+os.register_at_fork(after_in_child=_restart_after_fork)
 
 
 def _ms(seconds: float) -> int:

@@ -76,10 +76,12 @@ class RedisSlot(BreakerSlot):
         if admission is _PROBE:
             self.probe_round = remote.version
         elif admission is _REJECT:
+            # Reject locally for a while instead of asking Redis on every call: until the shared
+            # open wait ends, or briefly while the fleet's probes are out.
+            hold = remote.remaining if remote.state is State.OPEN else 0.0
             if remote.state is State.HALF_OPEN:
-                self.hold_until = self.clock() + min(
-                    remote.lease_remaining, self.store.half_open_poll
-                )
+                hold = min(remote.lease_remaining, self.store.half_open_poll)
+            self.hold_until = self.clock() + hold
             if self.config.metrics_only:
                 return _ADMIT
         return admission

@@ -60,7 +60,7 @@ local function save(s)
     'open_until', num(s.open_until), 'opens', num(s.opens), 'reason', s.reason,
     'fails', num(s.fails), 'probes', num(s.probes), 'probe_ok', num(s.probe_ok),
     'half_since', num(s.half_since), 'lease_until', num(s.lease_until))
-  redis.call('PEXPIRE', KEY, TTL)
+  redis.call('PEXPIRE', KEY, TTL + remaining(s))  -- never expire an open circuit early
 end
 
 -- Save if needed, publish a state change, and answer with the state the caller adopts:
