@@ -124,7 +124,7 @@ async def test_hook_sees_inbound_requests(server: SidecarServer) -> None:
         "checkout",
     )
     assert info.endpoint == "GET /orders/{id}"
-    assert info.header("Host") is not None
+    assert info.header("User-Agent") is not None
 
 
 async def test_broken_hook_lets_requests_through(server: SidecarServer) -> None:

@@ -15,18 +15,33 @@ from typing import Protocol, cast
 
 import httptools
 
-from cascadebreaker.sidecar.wire import RawHeaders, error_response
+from cascadebreaker.sidecar.wire import (
+    CONNECTION,
+    CONTENT_LENGTH,
+    END_TO_END,
+    EXPECT,
+    HEADER_KINDS,
+    HOST,
+    TRANSFER_ENCODING,
+    RawHeaders,
+    drop_connection_tokens,
+    error_response,
+    header_kind,
+)
 
 
 class RequestHead:
-    """A parsed request line and headers, plus what the parser learnt about framing."""
+    """A parsed request line, its end-to-end headers, and what the framing headers said.
+
+    `headers` excludes Host, Content-Length, Transfer-Encoding, Expect, Connection and the
+    headers it names, and the other hop-by-hop headers: they are re-derived when forwarding.
+    """
 
     __slots__ = (
         "chunked",
         "client",
         "content_length",
         "expect_continue",
-        "has_connection",
         "headers",
         "host",
         "http10",
@@ -45,7 +60,6 @@ class RequestHead:
         self.chunked = False
         self.content_length: bytes | None = None
         self.expect_continue = False
-        self.has_connection = False
         self.client = ""
 
     @property
@@ -147,6 +161,12 @@ class ServerConnection(asyncio.Protocol):
         self._pause_reasons = 0  # bit 1: pipelining, bit 2: upstream backpressure
         self._writable = True
         self._eof = False
+        self._header_count = 0
+        self._host = b""
+        self._length: bytes | None = None
+        self._encoding: bytes | None = None
+        self._expect = False
+        self._connection: list[bytes] = []
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -220,8 +240,15 @@ class ServerConnection(asyncio.Protocol):
         self._url = b""
         self._headers = []
         self._head_bytes = 0
+        self._header_count = 0
         self._in_head = True
         self._request = None
+        self._host = b""
+        self._length = None
+        self._encoding = None
+        self._expect = False
+        if self._connection:
+            self._connection = []
 
     def on_url(self, url: bytes) -> None:
         """Part of the request target."""
@@ -231,14 +258,37 @@ class ServerConnection(asyncio.Protocol):
             raise _BadRequest(431, "request header fields too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One header; enforce count and size limits as they come."""
-        headers = self._headers
-        headers.append((name, value))
+        """One header; enforce count and size limits as they come, pick out framing."""
         self._head_bytes += len(name) + len(value) + 4
+        self._header_count += 1
         if self._head_bytes > self.limits.max_header_bytes:
             raise _BadRequest(431, "request header fields too large")
-        if len(headers) > self.limits.max_header_count:
+        if self._header_count > self.limits.max_header_count:
             raise _BadRequest(431, "too many request header fields")
+        kind = HEADER_KINDS.get(name)
+        if kind is None:
+            kind = header_kind(name)
+        if kind == END_TO_END:
+            self._headers.append((name, value))
+        elif kind == HOST:
+            self._host = value
+        else:
+            self._special_header(kind, value)
+
+    def _special_header(self, kind: int, value: bytes) -> None:
+        if kind == CONTENT_LENGTH:
+            value = value.strip()
+            if self._length is not None and value != self._length:
+                raise _BadRequest(400, "conflicting content-length headers")
+            self._length = value
+        elif kind == TRANSFER_ENCODING:
+            if self._encoding is not None:
+                raise _BadRequest(400, "repeated transfer-encoding header")
+            self._encoding = value.strip().lower()
+        elif kind == CONNECTION:
+            self._connection.append(value)
+        elif kind == EXPECT:
+            self._expect = value.lower() == b"100-continue"
 
     def on_headers_complete(self) -> None:
         """Validate framing, then hand the request to the listener's handler."""
@@ -250,7 +300,7 @@ class ServerConnection(asyncio.Protocol):
         version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
             raise _BadRequest(400, f"unsupported HTTP version {version}")
-        _inspect_headers(request)
+        self._framing(request)
         request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
         request.http10 = version == "1.0"
         request.client = self.client
@@ -350,41 +400,28 @@ class ServerConnection(asyncio.Protocol):
         else:
             self.abort()
 
+    def _framing(self, request: RequestHead) -> None:
+        """Apply the framing headers; reject smuggling-prone combinations (400)."""
+        request.host = self._host
+        request.expect_continue = self._expect
+        if self._connection:
+            request.headers = drop_connection_tokens(request.headers, self._connection)
+        length = self._length
+        encoding = self._encoding
+        if encoding is not None:
+            if length is not None:
+                raise _BadRequest(400, "both content-length and transfer-encoding")
+            if encoding != b"chunked":
+                raise _BadRequest(400, "unsupported transfer-encoding")
+            request.chunked = True
+        elif length is not None:
+            if not length.isdigit():
+                raise _BadRequest(400, "invalid content-length")
+            request.content_length = length
+
     def _after_upgrade(self, data: bytes, exc: httptools.HttpParserUpgrade) -> None:
         """Upgrade is hop-by-hop and not supported: serve the request as plain HTTP/1.1."""
         self._parser = httptools.HttpRequestParser(self)
         offset = int(exc.args[0]) if exc.args else len(data)
         if offset < len(data):
             self.data_received(data[offset:])
-
-
-def _inspect_headers(request: RequestHead) -> None:
-    """Pick out Host and framing headers; reject smuggling-prone combinations (400)."""
-    length: bytes | None = None
-    encoding: bytes | None = None
-    for name, value in request.headers:
-        size = len(name)
-        if size == 4 and name.lower() == b"host":
-            request.host = value
-        elif size == 14 and name.lower() == b"content-length":
-            if length is not None and value.strip() != length:
-                raise _BadRequest(400, "conflicting content-length headers")
-            length = value.strip()
-        elif size == 17 and name.lower() == b"transfer-encoding":
-            if encoding is not None:
-                raise _BadRequest(400, "repeated transfer-encoding header")
-            encoding = value.strip().lower()
-        elif size == 10 and name.lower() == b"connection":
-            request.has_connection = True
-        elif size == 6 and name.lower() == b"expect" and value.lower() == b"100-continue":
-            request.expect_continue = True
-    if encoding is not None:
-        if length is not None:
-            raise _BadRequest(400, "both content-length and transfer-encoding")
-        if encoding != b"chunked":
-            raise _BadRequest(400, "unsupported transfer-encoding")
-        request.chunked = True
-    elif length is not None:
-        if not length.isdigit():
-            raise _BadRequest(400, "invalid content-length")
-        request.content_length = length

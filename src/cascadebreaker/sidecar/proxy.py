@@ -24,7 +24,6 @@ from cascadebreaker.sidecar.wire import (
     RawHeaders,
     chunk,
     error_response,
-    forwardable,
     request_head,
     response_head,
 )
@@ -253,26 +252,23 @@ class ProxyExchange(FixedExchange):
             return
         self._record(not failed, None, "failure_status" if failed else "success")
         keep_alive = self.keep_alive and not self.conn.tracker.draining
-        if self.request.method == b"HEAD":
-            framing = b""  # the upstream's content-length passes through
-            out = forwardable(headers, True)
-            out += [(n, v) for n, v in headers if n.lower() == b"content-length"]
+        if self.request.method == b"HEAD" or status == 204 or status == 304:
+            # No body follows; a declared length (of the would-be body) passes through.
+            framing = b"" if content_length is None else b"content-length: %d\r\n" % content_length
+        elif content_length is not None:
+            framing = b"content-length: %d\r\n" % content_length
+        elif not self.request.http10:
+            framing = b"transfer-encoding: chunked\r\n"
+            self.chunked_out = True
         else:
-            out = forwardable(headers, True)
-            if content_length is not None:
-                framing = b"content-length: %d\r\n" % content_length
-            elif self.request.http10:
-                framing = b""
-                keep_alive = False
-            else:
-                framing = b"transfer-encoding: chunked\r\n"
-                self.chunked_out = True
+            framing = b""  # an HTTP/1.0 client: the body ends when the connection closes
+            keep_alive = False
         if not keep_alive:
             framing += b"connection: close\r\n"
         self.keep_alive = keep_alive
-        out.append((b"via", self.runtime.via))
+        headers.append((b"via", self.runtime.via))
         # The head waits for the first body piece: one write (one syscall, one segment) for both.
-        self._out = response_head(status, reason, out, framing)
+        self._out = response_head(status, reason, headers, framing)
         self.head_sent = True
         if self.info is not None:
             self.runtime.hooks.on_response(self.info, status, "failure" if failed else "success")
@@ -443,8 +439,7 @@ class ProxyExchange(FixedExchange):
 
     def _build_head(self) -> bytes:
         request = self.request
-        headers = forwardable(request.headers, request.has_connection)
-        headers.append((b"via", self.runtime.via))
+        headers = [*request.headers, (b"via", self.runtime.via)]
         if self.direction is Direction.INBOUND and request.client:
             headers.append((b"x-forwarded-for", request.client.encode()))
         if self.info is not None and self.info.add_headers:

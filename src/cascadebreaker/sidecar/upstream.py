@@ -28,7 +28,21 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from cascadebreaker.sidecar.wire import LAST_CHUNK, RawHeaders, forwardable, request_head
+from cascadebreaker.sidecar.wire import (
+    CONNECTION,
+    CONTENT_LENGTH,
+    END_TO_END,
+    EXPECT,
+    HEADER_KINDS,
+    HOST,
+    LAST_CHUNK,
+    TRANSFER_ENCODING,
+    RawHeaders,
+    drop_connection_tokens,
+    forwardable,
+    header_kind,
+    request_head,
+)
 
 
 class UpstreamError(Exception):
@@ -149,6 +163,10 @@ class ResponseSink(Protocol):
         """Backpressure on the request body: stop (False) or resume (True) sending it."""
 
 
+class _BadResponse(Exception):
+    """Raised from the parser callbacks on a response the proxy must not pass on."""
+
+
 class _HeadResponseDone(Exception):
     """Raised from the parser to stop after the head of a response to HEAD."""
 
@@ -165,6 +183,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._sink: ResponseSink | None = None
         self._headers: RawHeaders = []
+        self._length: list[bytes] = []
+        self._chunked = False
+        self._connection: list[bytes] = []
         self._reason = b""
         self._head_seen = False
         self._bytes_seen = False
@@ -250,8 +271,18 @@ class UpstreamConnection(asyncio.Protocol):
         self._reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One response header."""
-        self._headers.append((name, value))
+        """One response header: end-to-end ones are kept, framing ones noted, hop-by-hop dropped."""
+        kind = HEADER_KINDS.get(name)
+        if kind is None:
+            kind = header_kind(name)
+        if kind in (END_TO_END, HOST, EXPECT):
+            self._headers.append((name, value))
+        elif kind == CONTENT_LENGTH:
+            self._length.append(value)
+        elif kind == TRANSFER_ENCODING:
+            self._chunked = b"chunked" in value.lower()
+        elif kind == CONNECTION:
+            self._connection.append(value)
 
     def on_headers_complete(self) -> None:
         """Pass the head on; work out how the body is delimited."""
@@ -260,23 +291,24 @@ class UpstreamConnection(asyncio.Protocol):
         self._headers = []
         reason = self._reason
         self._reason = b""
+        lengths = self._length
+        chunked = self._chunked
+        if lengths:
+            self._length = []
+        self._chunked = False
+        if self._connection:
+            headers = drop_connection_tokens(headers, self._connection)
+            self._connection = []
         if status < 200:
             return  # interim (100 Continue): the sidecar answered Expect itself
         self._head_seen = True
         self._keep_alive = self._parser.should_keep_alive()
-        chunked = False
         length: int | None = None
-        for name, value in headers:
-            lname = name.lower()
-            if lname == b"content-length":
-                length = int(value)
-            elif lname == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-        no_body = self._head_request or status in (204, 304)
-        if no_body:
-            length = 0
-        elif chunked:
-            length = None
+        if lengths and not chunked:
+            if len(set(lengths)) > 1 or not lengths[0].strip().isdigit():
+                raise _BadResponse("invalid content-length")
+            length = int(lengths[0])
+        no_body = self._head_request or status == 204 or status == 304
         self._until_close = not no_body and not chunked and length is None
         sink = self._sink
         assert sink is not None
@@ -501,10 +533,7 @@ class _BufferingSink:
 
     def response_end(self) -> None:
         if not self.future.done():
-            headers = [
-                (n.decode("latin-1").lower(), v.decode("latin-1"))
-                for n, v in forwardable(self.headers, True)
-            ]
+            headers = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in self.headers]
             self.future.set_result(UpstreamResponse(self.status, headers, b"".join(self.body)))
 
     def response_failed(self, error: UpstreamError) -> None:

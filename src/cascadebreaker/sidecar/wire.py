@@ -27,6 +27,46 @@ HOP_BY_HOP = frozenset(
 _REDERIVED = frozenset({b"content-length", b"host", b"expect"})
 _DROP_FORWARD = HOP_BY_HOP | _REDERIVED
 
+# What a header is to the proxy. Raw names map to a kind through a small cache, so the hot path
+# does one dict lookup per header instead of lower-casing and comparing.
+END_TO_END = 0
+CONTENT_LENGTH = 1
+TRANSFER_ENCODING = 2
+CONNECTION = 3
+HOST = 4
+EXPECT = 5
+HOP = 6  # other hop-by-hop headers: dropped
+_KIND_BY_LOWER = {
+    **dict.fromkeys(HOP_BY_HOP, HOP),
+    b"content-length": CONTENT_LENGTH,
+    b"transfer-encoding": TRANSFER_ENCODING,
+    b"connection": CONNECTION,
+    b"host": HOST,
+    b"expect": EXPECT,
+}
+HEADER_KINDS: dict[bytes, int] = {}
+_MAX_CACHED_NAMES = 4096
+
+
+def header_kind(name: bytes) -> int:
+    """The kind of a header name (cached by its raw spelling)."""
+    kind = HEADER_KINDS.get(name)
+    if kind is None:
+        kind = _KIND_BY_LOWER.get(name.lower(), END_TO_END)
+        if len(HEADER_KINDS) < _MAX_CACHED_NAMES:
+            HEADER_KINDS[name] = kind
+    return kind
+
+
+def drop_connection_tokens(headers: RawHeaders, connection_values: list[bytes]) -> RawHeaders:
+    """Remove headers that Connection lists as hop-by-hop (close/keep-alive name none)."""
+    tokens = {t.strip().lower() for value in connection_values for t in value.split(b",")}
+    tokens -= {b"close", b"keep-alive", b"upgrade", b""}
+    if not tokens:
+        return headers
+    return [(n, v) for n, v in headers if n.lower() not in tokens]
+
+
 CRLF = b"\r\n"
 LAST_CHUNK = b"0\r\n\r\n"
 
