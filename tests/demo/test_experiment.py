@@ -1,0 +1,44 @@
+"""`ccb experiment` machinery on a tiny run: every field of the report is there and sensible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cascadebreaker.demo.experiment import ExperimentSettings, run_faults
+from cascadebreaker.demo.report import CASE_ROWS, write_outputs
+from cascadebreaker.demo.topology import Timings
+
+pytestmark = pytest.mark.slow
+
+TINY = ExperimentSettings(
+    rate=10.0,
+    healthy_s=1.5,
+    fault_s=3.0,
+    recovered_s=3.0,
+    timings=Timings(call_timeout=2.0, failure_threshold=3, recovery_timeout=0.5),
+)
+
+
+def test_courier_outage_case_reports_every_field(tmp_path: Path) -> None:
+    results = {"faults": run_faults(TINY, ["courier_down"], ["plain"])}
+    write_outputs(results, tmp_path)
+
+    written = json.loads((tmp_path / "results.json").read_text())
+    case = written["faults"]["courier_down"]["plain"]
+    for key in CASE_ROWS:
+        assert key in case, key
+    assert case["orders"] == case["ok_orders"] + case["failed_orders"] > 0
+    assert case["early_refusals_while_healthy"] == 0
+    assert case["phases"]["healthy"]["failed"] == 0
+    # Plain breakers: the orders that failed during the outage were compensated.
+    assert case["phases"]["fault"]["failed"] > 0
+    assert case["compensations"] > 0
+    assert case["wasted_reservations"] > 0
+    report = (tmp_path / "report.md").read_text()
+    assert "## courier_down" in report
+    assert "remote_calls_per_failed_order" in report
+    for plot in written["plots"]:
+        assert (tmp_path / plot).stat().st_size > 0
