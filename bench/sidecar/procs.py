@@ -99,6 +99,19 @@ def wait_http(port: int, path: str, proc: subprocess.Popen[bytes], name: str, lo
     raise BenchSetupError(f"{name} did not answer 200 on port {port}:\n{tail}")
 
 
+def wait_tcp(port: int, proc: subprocess.Popen[bytes], name: str, log: Path) -> None:
+    """Wait until the port accepts connections (for listeners that do not speak HTTP/1.1)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    raise BenchSetupError(f"{name} did not listen on port {port}:\n{tail}")
+
+
 def _spawn(name: str, argv: list[str], workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
@@ -188,6 +201,16 @@ def start_aiohttp_proxy(workdir: Path, upstream: int) -> Proc:
     process, log = _spawn("aiohttp-proxy", argv, workdir)
     proc = Proc("aiohttp-proxy", process, port, log)
     wait_http(port, "/", process, "aiohttp-proxy", log)
+    return proc
+
+
+def start_grpc_floor(workdir: Path) -> Proc:
+    """A grpc.aio server answering `Call` at once (bench/sidecar/grpc_floor.py)."""
+    port = free_port()
+    argv = [sys.executable, str(HERE / "grpc_floor.py"), str(port)]
+    process, log = _spawn("grpc-floor", argv, workdir)
+    proc = Proc("grpc-floor", process, port, log)
+    wait_tcp(port, process, "grpc-floor", log)
     return proc
 
 

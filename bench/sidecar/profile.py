@@ -36,6 +36,9 @@ class Profile:
     inclusive_top: list[tuple[str, float]]
 
 
+_ENTRY = ("(cascadebreaker/cli.py)", "(cascadebreaker/sidecar/command.py)")
+
+
 def py_spy() -> str | None:
     """The py-spy executable next to this Python, or on PATH."""
     local = Path(sys.executable).with_name("py-spy")
@@ -59,8 +62,8 @@ def summarise(raw: str, top: int = 10) -> Profile:
             if "cascadebreaker/" in frame:
                 inclusive[frame] += count
     share = (lambda n: n / total) if total else (lambda n: 0.0)
-    # Frames on (nearly) every stack are the entry point and the event loop: no information.
-    busy = [(f, n) for f, n in inclusive.most_common() if n < 0.9 * total]
+    # The entry point is on every stack: no information.
+    busy = [(f, n) for f, n in inclusive.most_common() if not f.endswith(_ENTRY)]
     return Profile(
         total,
         [(f, share(n)) for f, n in self_counts.most_common(top)],

@@ -58,7 +58,7 @@ class Report:
     scenarios: list[tuple[str, int, list[str]]]  # name, hops, measured process names
     wrk: dict[tuple[str, int], Cell] = field(default_factory=dict)
     paced: dict[str, Cell] = field(default_factory=dict)
-    grpc: dict[int, Cell] = field(default_factory=dict)
+    grpc: dict[tuple[str, int], Cell] = field(default_factory=dict)
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     profile: Profile | None = None
@@ -179,21 +179,33 @@ def fixed_rate(report: Report) -> list[str]:
 
 
 def grpc_table(report: Report) -> list[str]:
-    """The gRPC Call path."""
-    rows = [
-        [
-            str(c),
-            _n(cell.median(_rps)),
-            _n(cell.median(_p50)),
-            _n(cell.median(_p90)),
-            _n(cell.median(_p99)),
-            _cpu(cell, ["sidecar"]),
-            str(cell.errors),
-        ]
-        for c, cell in sorted(report.grpc.items())
-    ]
+    """The gRPC Call path, and the floor: an empty grpc.aio server on the same client."""
+    rows = []
+    for (name, connections), cell in sorted(report.grpc.items(), key=lambda i: (i[0][1], i[0][0])):
+        proc = "sidecar" if name == "sidecar Call" else "grpc-floor"
+        rows.append(
+            [
+                name,
+                str(connections),
+                _n(cell.median(_rps)),
+                _n(cell.median(_p50)),
+                _n(cell.median(_p90)),
+                _n(cell.median(_p99)),
+                _cpu(cell, [proc]),
+                str(cell.errors),
+            ]
+        )
     return _table(
-        ["conns", "calls/s", "p50 µs", "p90 µs", "p99 µs", "sidecar CPU ms/1000 calls", "errors"],
+        [
+            "server",
+            "conns",
+            "calls/s",
+            "p50 µs",
+            "p90 µs",
+            "p99 µs",
+            "server CPU ms/1000 calls",
+            "errors",
+        ],
         rows,
     )
 
@@ -312,8 +324,11 @@ def render(report: Report) -> str:
     lines += grpc_table(report)
     lines += [
         "",
-        "Latency includes the Python grpcio client itself (the same box, the same "
-        "cores); compare the sidecar's CPU per call with the HTTP path's.",
+        "Latency includes the Python grpcio client itself (the same box, the same cores). "
+        "The empty grpc.aio server (bench/sidecar/grpc_floor.py: same generated code, options "
+        "and event loop; `Call` returns at once) is the floor of any Python gRPC listener: the "
+        "sidecar's CPU per call above it is its own work (compare the HTTP path's CPU per "
+        "request).",
         "",
     ]
     lines += ["### Memory", ""]

@@ -126,6 +126,7 @@ def start_processes(workdir: Path, notes: list[str]) -> tuple[dict[str, Proc], l
         notes.append(
             f"aiohttp proxy not measured ({str(exc).splitlines()[-1]}); pip install aiohttp"
         )
+    started["grpc-floor"] = procs.start_grpc_floor(workdir)
     return started, scenarios
 
 
@@ -147,10 +148,14 @@ def run_rounds(
         for s in paced:
             cell = report.paced.setdefault(s.name, Cell())
             cell.samples.append(_load_cell(s.measured, partial(_paced, s, seconds)))
+        grpc_targets = (
+            ("sidecar Call", started["sidecar"], grpc_port),
+            ("empty grpc.aio server", started["grpc-floor"], started["grpc-floor"].port),
+        )
         for connections in CONNECTIONS:
-            cell = report.grpc.setdefault(connections, Cell())
-            load = partial(_grpc, grpc_port, connections, seconds)
-            cell.samples.append(_load_cell([started["sidecar"]], load))
+            for name, proc, port in grpc_targets:
+                cell = report.grpc.setdefault((name, connections), Cell())
+                cell.samples.append(_load_cell([proc], partial(_grpc, port, connections, seconds)))
     report.peak_rss_mb = {name: p.peak_rss_mb() for name, p in started.items()}
     return report
 
