@@ -27,6 +27,7 @@ R = TypeVar("R")
 Fallback = Callable[[FallbackReason], Any]
 
 _ADMIT = Admission.ADMIT
+_REJECT = Admission.REJECT
 _PROBE = Admission.PROBE
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
@@ -94,7 +95,7 @@ class CircuitBreaker:
         self._classifier = self.config.classifier
         self._result_check = result_is_failure
         self._clock = clock
-        self._entered: contextvars.ContextVar[list[Permit]] = contextvars.ContextVar(
+        self._entered: contextvars.ContextVar[list[Permit | None]] = contextvars.ContextVar(
             f"ccb-permits-{name}-{id(self)}"
         )
         for listener in listeners:
@@ -154,7 +155,7 @@ class CircuitBreaker:
         return self._permit(admission)
 
     def _permit(self, admission: Admission) -> Permit:
-        if admission is Admission.REJECT:
+        if admission is _REJECT:
             self._slot.rejected()
             raise self._open_error()
         slot = self._slot
@@ -188,7 +189,7 @@ class CircuitBreaker:
     ) -> Any:
         slot = self._slot
         admission = slot.admit()
-        if admission is Admission.REJECT:
+        if admission is _REJECT:
             return self._reject(fallback)
         probe = admission is _PROBE
         start = slot.clock() if slot.timed else 0.0
@@ -204,7 +205,7 @@ class CircuitBreaker:
         """Run `fn` and return a GuardedResult; upstream failures become degraded results."""
         slot = self._slot
         admission = _ADMIT if slot.fast else slot.admit()
-        if admission is Admission.REJECT:
+        if admission is _REJECT:
             slot.rejected()
             return self._degraded(None, fallback)
         probe = admission is _PROBE
@@ -250,7 +251,7 @@ class CircuitBreaker:
     ) -> Any:
         slot = self._slot
         admission = await slot.aadmit()
-        if admission is Admission.REJECT:
+        if admission is _REJECT:
             return await self._areject(fallback)
         probe = admission is _PROBE
         start = slot.clock() if slot.timed else 0.0
@@ -271,7 +272,7 @@ class CircuitBreaker:
         """Async twin of `guard`."""
         slot = self._slot
         admission = _ADMIT if slot.fast else await slot.aadmit()
-        if admission is Admission.REJECT:
+        if admission is _REJECT:
             slot.rejected()
             return await self._adegraded(None, fallback)
         probe = admission is _PROBE
@@ -333,7 +334,8 @@ class CircuitBreaker:
         return wrapper
 
     def __enter__(self) -> CircuitBreaker:
-        self._push(self.acquire())
+        # On the closed fast path no Permit is built: None on the stack marks a fast entry.
+        self._push(None if self._slot.fast else self.acquire())
         return self
 
     def __exit__(
@@ -345,7 +347,7 @@ class CircuitBreaker:
         self._finish(exc)
 
     async def __aenter__(self) -> CircuitBreaker:
-        self._push(await self.aacquire())
+        self._push(None if self._slot.fast else await self.aacquire())
         return self
 
     async def __aexit__(
@@ -356,7 +358,7 @@ class CircuitBreaker:
     ) -> None:
         self._finish(exc)
 
-    def _push(self, permit: Permit) -> None:
+    def _push(self, permit: Permit | None) -> None:
         stack = self._entered.get(None)
         if stack is None:
             stack = []
@@ -365,10 +367,14 @@ class CircuitBreaker:
 
     def _finish(self, exc: BaseException | None) -> None:
         permit = self._entered.get().pop()
-        if exc is None:
-            permit.success()
+        if permit is not None:
+            permit.success() if exc is None else permit.failure(exc)
+        elif exc is not None:
+            self._record_exception(exc, False, 0.0)
+        elif self._slot.dirty:
+            self._slot.record(_SUCCESS, False, 0.0)
         else:
-            permit.failure(exc)
+            self._slot.successes += 1
 
     # -- shared outcome handling -------------------------------------------------------------
 

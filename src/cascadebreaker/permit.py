@@ -6,6 +6,8 @@ from .core.classify import Classifier
 from .core.state import Outcome
 from .stores.base import BreakerSlot
 
+_SUCCESS = Outcome.SUCCESS
+
 
 class Permit:
     """Record exactly one of success(), failure() or ignore(); later calls are no-ops."""
@@ -36,7 +38,7 @@ class Permit:
             return
         self._done = True
         slot = self._slot
-        if outcome is Outcome.SUCCESS and slot.fast and not slot.dirty and not self.probe:
+        if outcome is _SUCCESS and slot.fast and not slot.dirty and not self.probe:
             slot.successes += 1
             return
         slot.record(outcome, self.probe, slot.clock() - self._start if slot.timed else 0.0)
