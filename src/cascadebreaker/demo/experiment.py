@@ -117,7 +117,8 @@ def case_metrics(
     failed = len(results) - ok
     arrived = sum(total(views, name, "requests") for name in views if name != "gateway")
     compensations = total(views, "order", "compensations")
-    healthy = report.between(0.0, timeline.fault_at)
+    # Healthy = finished before the fault: an order in flight at that moment may rightly fail.
+    healthy = report.finished_before(timeline.fault_at)
     after_fault = [r for r in results if r.started >= timeline.fault_at]
     first_refusal = next((r.started for r in after_fault if r.outcome == "refused"), None)
     failed_ms = report.latencies_ms("failed", "refused", "error")

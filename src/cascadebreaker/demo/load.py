@@ -75,6 +75,10 @@ class LoadReport:
         """The orders that started within [start, end) seconds of the load's beginning."""
         return LoadReport([r for r in self.results if start <= r.started < end], end - start)
 
+    def finished_before(self, end: float) -> LoadReport:
+        """The orders that started and ended before `end` (none of them saw what came after)."""
+        return LoadReport([r for r in self.results if r.started + r.latency < end], end)
+
     def summary(self) -> dict[str, Any]:
         """Counts and p50/p95/p99 latency (ms) of successful and of unsuccessful orders."""
         ok = self.latencies_ms("ok")
