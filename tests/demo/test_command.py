@@ -34,7 +34,7 @@ def _ccb(args: list[str], state: Path, **kwargs: object) -> subprocess.Popen[str
 def test_demo_story_runs_to_the_end_and_cleans_up(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     demo = _ccb(
-        ["demo", "--mode", "plain", "--seconds", "1.5", "--rate", "8", "--recovery-timeout", "0.5"],
+        ["demo", "--mode", "plain", "--seconds", "1.0", "--rate", "8", "--recovery-timeout", "0.5"],
         state,
     )
     output, _ = demo.communicate(timeout=120)

@@ -17,7 +17,7 @@ TINY = ExperimentSettings(
     rate=10.0,
     healthy_s=1.5,
     fault_s=3.0,
-    recovered_s=3.0,
+    recovered_s=2.0,
     timings=Timings(call_timeout=2.0, failure_threshold=3, recovery_timeout=0.5),
 )
 

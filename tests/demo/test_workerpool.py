@@ -18,8 +18,8 @@ SETTINGS = ScenarioSettings(
     slow_clients=16,
     other_clients=2,
     other_timeout=1.0,
-    warmup=4.5,
-    measure=3.0,
+    warmup=4.0,
+    measure=2.5,
     failure_threshold=3,
     recovery_timeout=5.0,
 )
