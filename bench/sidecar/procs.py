@@ -271,3 +271,27 @@ def start_server_sidecar(workdir: Path, app_port: int) -> Proc:
         "log_level": "warning",
     }
     return start_sidecar(workdir, "sidecar-server", config, "/")
+
+
+IMPORT_PROBES = {
+    "python, no imports": "",
+    "imports of the sidecar (no gRPC)": "import cascadebreaker.sidecar.server",
+    "imports of the sidecar + gRPC API": "import cascadebreaker.sidecar.server, "
+    "cascadebreaker.sidecar.grpc_api",
+}
+
+
+def import_rss_mb() -> dict[str, float]:
+    """RSS (MiB) of a fresh Python after each set of imports: the floor of a sidecar's memory."""
+    out: dict[str, float] = {}
+    for label, statement in IMPORT_PROBES.items():
+        code = (
+            f"{statement}\nimport re\nprint(re.search(r'VmRSS:\\s+(\\d+)', "
+            "open('/proc/self/status').read()).group(1))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        )
+        if done.returncode == 0 and done.stdout.strip().isdigit():
+            out[label] = int(done.stdout.strip()) / 1024
+    return out

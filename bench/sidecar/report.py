@@ -60,6 +60,7 @@ class Report:
     paced: dict[str, Cell] = field(default_factory=dict)
     grpc: dict[tuple[str, int], Cell] = field(default_factory=dict)
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
+    import_rss_mb: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     profile: Profile | None = None
     environment: dict[str, str] = field(default_factory=dict)
@@ -335,6 +336,11 @@ def render(report: Report) -> str:
     lines += _table(
         ["process", "peak RSS MiB"], [[k, f"{v:.1f}"] for k, v in report.peak_rss_mb.items()]
     )
+    if report.import_rss_mb:
+        lines += ["", "The floor: RSS of a fresh Python after the imports alone (no listener):", ""]
+        lines += _table(
+            ["imports", "RSS MiB"], [[k, f"{v:.1f}"] for k, v in report.import_rss_mb.items()]
+        )
     if report.profile is not None:
         p = report.profile
         lines += [
@@ -345,7 +351,16 @@ def render(report: Report) -> str:
             "",
         ]
         lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.self_top])
-        lines += ["", "Sidecar functions with the most samples anywhere on the stack:", ""]
+        lines += [
+            "",
+            "Reading it: py-spy samples Python frames, so the time of a C call is charged to the "
+            "Python function that made it; `ServerConnection.write` and `UpstreamConnection.send`"
+            " are mostly the `send()` system calls of `transport.write`, and `Runner.run` is the "
+            "event loop's own C code (uvloop: epoll, reads).",
+            "",
+            "Sidecar functions with the most samples anywhere on the stack:",
+            "",
+        ]
         lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.inclusive_top])
     return "\n".join(lines) + "\n"
 

@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for proc in reversed(started.values()):
             proc.stop()
+    report.import_rss_mb = procs.import_rss_mb()
     report.notes = notes
     report.profile = profile
     report.environment = environment(args.rounds, args.seconds, load_before)
