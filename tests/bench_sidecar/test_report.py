@@ -1,0 +1,101 @@
+"""The sidecar benchmark's pure parts: the doc section it rewrites, targets, profile summary.
+
+The benchmark itself is not a test (it measures speed); these check that it edits only its own
+section of the shared docs/benchmarks.md and reads its inputs right.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.__main__ import suites
+from bench.sidecar.profile import summarise
+from bench.sidecar.report import Cell, Report, Sample, render, targets, write_section
+
+
+def _sample(p50: float, p90: float, p99: float, rps: float, cpu: float = 0.0) -> Sample:
+    return Sample(p50, p90, p99, rps, requests=1000, errors=0, cpu={"sidecar": cpu})
+
+
+def _report() -> Report:
+    report = Report(scenarios=[("direct", 0, []), ("sidecar (outbound)", 1, ["sidecar"])])
+    report.wrk[("direct", 1)] = Cell([_sample(20, 30, 100, 40_000)])
+    report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(70, 90, 300, 10_000, cpu=0.05)])
+    report.wrk[("direct", 16)] = Cell([_sample(200, 300, 900, 60_000)])
+    report.wrk[("sidecar (outbound)", 16)] = Cell([_sample(900, 1500, 3000, 48_000)])
+    report.peak_rss_mb = {"sidecar": 30.0, "upstream": 8.0}
+    return report
+
+
+def test_targets_say_met_or_missed_by_how_much() -> None:
+    """50 µs added p50 meets 60 µs; 0.8x meets 0.7x; unmeasured targets say so."""
+    verdicts = {
+        what.split(":")[0]: (measured, verdict) for what, measured, verdict in targets(_report())
+    }
+    assert verdicts["added p50 per sidecar hop, 1 conn"] == ("50 µs", "met")
+    assert verdicts["added p99 per sidecar hop, 1 conn"] == ("200 µs", "met")
+    assert verdicts["throughput at 16 conns"] == ("0.80 x", "met")
+    assert verdicts["peak RSS per sidecar"] == ("30.0 MiB", "met")
+    assert verdicts["sidecar pair at 1000 rps, added p90"] == ("not measured", "-")
+
+
+def test_a_missed_target_names_the_gap() -> None:
+    """A 200 µs hop at p50 misses 60 µs by 140 µs."""
+    report = _report()
+    report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(220, 300, 400, 5_000)])
+    verdicts = {what.split(":")[0]: verdict for what, _, verdict in targets(report)}
+    assert verdicts["added p50 per sidecar hop, 1 conn"] == "MISSED by 140 µs"
+
+
+def test_write_section_replaces_only_the_sidecar_section(tmp_path: Path) -> None:
+    """The core section before and any section after stay byte for byte."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(
+        "# Benchmarks\n\n## Core library\n\ncore table\n\n## Sidecar\n\nold\n\n"
+        "### old sub\n\nold rows\n\n## Cascade\n\ncascade table\n"
+    )
+    write_section(doc, render(_report()))
+    text = doc.read_text()
+    assert text.startswith("# Benchmarks\n\n## Core library\n\ncore table\n\n## Sidecar\n")
+    assert text.endswith("\n## Cascade\n\ncascade table\n")
+    assert "old rows" not in text
+    assert text.count("## Sidecar") == 1
+    assert "| sidecar (outbound) | 1 | 10,000 | 0.25x | 70 |" in text
+
+
+def test_write_section_appends_when_absent(tmp_path: Path) -> None:
+    """A doc without the section gets it at the end; a missing doc is created."""
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Core library\n\ncore\n")
+    write_section(doc, "## Sidecar\n\nnew\n")
+    assert doc.read_text() == "# Benchmarks\n\n## Core library\n\ncore\n\n## Sidecar\n\nnew\n"
+    fresh = tmp_path / "new.md"
+    write_section(fresh, "## Sidecar\n\nnew\n")
+    assert fresh.read_text() == "# Benchmarks\n\n## Sidecar\n\nnew\n"
+
+
+def test_profile_summary_counts_self_and_inclusive_time() -> None:
+    """Leaf frames give self time; start-up stacks and entry frames are left out."""
+    raw = "\n".join(
+        [
+            "main (cascadebreaker/cli.py:5);a (cascadebreaker/sidecar/x.py:1);"
+            "send (cascadebreaker/sidecar/upstream.py:9) 6",
+            "main (cascadebreaker/cli.py:5);a (cascadebreaker/sidecar/x.py:2) 4",
+            "<module> (x:1);_find_and_load (<frozen importlib._bootstrap>:1) 90",
+        ]
+    )
+    profile = summarise(raw)
+    assert profile.samples == 10
+    assert profile.self_top[0] == ("send (cascadebreaker/sidecar/upstream.py)", 0.6)
+    assert dict(profile.inclusive_top) == {
+        "a (cascadebreaker/sidecar/x.py)": 1.0,
+        "send (cascadebreaker/sidecar/upstream.py)": 0.6,
+    }
+
+
+def test_bench_discovers_the_suites() -> None:
+    """`python -m bench` finds every bench/<name>/run.py; core runs first."""
+    found = suites()
+    assert "sidecar" in found
+    if "core" in found:
+        assert found[0] == "core"
