@@ -1,7 +1,8 @@
-"""`python -m bench [SUITE ...] [-- ARGS]`: run every benchmark suite present, or the named ones.
+"""`python -m bench [SUITE ...] [ARGS]`: run every benchmark suite present, or the named ones.
 
 A suite is a directory `bench/<name>/` with a `run.py` defining `main(argv) -> int`. Suites run
-one after another in name order (`core` first); ARGS after `--` go to every suite named.
+one after another in name order (`core` first). ARGS (from the first argument starting with `-`,
+or after `--`) go to every suite named: `python -m bench sidecar --quick`.
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ def suites() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen suites; the exit code is the first non-zero one (0 when all pass)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in args:
-        cut = args.index("--")
-        args, extra = args[:cut], args[cut + 1 :]
-    available = suites()
-    if any(a in ("-h", "--help") for a in args):
+    if args[:1] in (["-h"], ["--help"]):
         print(__doc__)
-        print("suites:", ", ".join(available) or "(none)")
+        print("suites:", ", ".join(suites()) or "(none)")
         return 0
+    cut = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    extra = args[cut + 1 :] if args[cut : cut + 1] == ["--"] else args[cut:]
+    args = args[:cut]
+    available = suites()
     unknown = [a for a in args if a not in available]
     if unknown:
         print(

@@ -1,7 +1,7 @@
 """Sidecar hop cost against direct calls, nginx and aiohttp, in one run.
 
     .venv/bin/python -m bench sidecar             # full run (~3-4 min), writes docs/benchmarks.md
-    .venv/bin/python bench/sidecar/run.py --quick # one short round, prints only
+    .venv/bin/python -m bench sidecar --quick     # one short round, prints only (or run.py)
 
 One fixed upstream (nginx answering a 13-byte body) behind: nothing (direct); the sidecar's
 outbound listener; a client sidecar + a server sidecar (outbound -> inbound -> app, the mesh
