@@ -74,7 +74,7 @@ def create_payment_app(ctx: ServiceContext) -> ASGIApp:
         @app.post("/v1/charges", status_code=201, response_model=None)
         async def charge(body: ChargeIn) -> dict[str, Any] | JSONResponse:
             try:
-                await ctx.downstream("payment-gateway").call(
+                await ctx.downstream("payment-gateway").call_ok(
                     "POST", "/v1/charges", {"amount": body.amount}
                 )
             except DownstreamError as exc:
@@ -102,7 +102,7 @@ def create_shipping_app(ctx: ServiceContext) -> ASGIApp:
         @app.post("/v1/shipments", status_code=201, response_model=None)
         async def ship(body: ShipmentIn) -> dict[str, Any] | JSONResponse:
             try:
-                await ctx.downstream("courier").call(
+                await ctx.downstream("courier").call_ok(
                     "POST", "/v1/shipments", {"address": body.address}
                 )
             except DownstreamError as exc:

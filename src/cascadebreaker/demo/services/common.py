@@ -149,6 +149,13 @@ class Downstream:
         permit.success()
         return response
 
+    async def call_ok(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        """Like call(), but a 4xx also fails the step (without counting against the breaker)."""
+        response = await self.call(method, path, json)
+        if not response.is_success:
+            raise DownstreamError(self.name, response.status_code, _detail(response))
+        return response
+
     async def _send(
         self, method: str, path: str, json: Any, headers: dict[str, str]
     ) -> httpx.Response:

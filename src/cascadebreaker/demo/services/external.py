@@ -62,6 +62,9 @@ def create_app(ctx: ServiceContext) -> ASGIApp:
 
         @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "DELETE"])
         async def work(path: str, request: Request) -> JSONResponse:
+            # Read the body even though it is unused: answering before a body that arrives in a
+            # separate segment has been read makes uvicorn misparse the next keep-alive request.
+            await request.body()
             fault = state["fault"]
             if fault is not None and rng.random() < fault.rate:
                 ctx.stats.incr("faulted")

@@ -86,7 +86,7 @@ class OrderSaga:
         shipping = self.ctx.downstream("shipping")
 
         reservation = (
-            await inventory.call(
+            await inventory.call_ok(
                 "POST",
                 "/v1/reservations",
                 {"order_id": run.order_id, "item": order.item, "quantity": order.quantity},
@@ -94,20 +94,25 @@ class OrderSaga:
         ).json()
         run.done.append("inventory")
         run.undo.append(
-            ("release", lambda: inventory.call("DELETE", f"/v1/reservations/{reservation['id']}"))
+            (
+                "release",
+                lambda: inventory.call_ok("DELETE", f"/v1/reservations/{reservation['id']}"),
+            )
         )
 
         charge = (
-            await payment.call(
+            await payment.call_ok(
                 "POST", "/v1/charges", {"order_id": run.order_id, "amount": order.amount}
             )
         ).json()
         run.done.append("payment")
         run.undo.append(
-            ("refund", lambda: payment.call("POST", "/v1/refunds", {"charge_id": charge["id"]}))
+            ("refund", lambda: payment.call_ok("POST", "/v1/refunds", {"charge_id": charge["id"]}))
         )
 
-        shipment = (await shipping.call("POST", "/v1/shipments", {"order_id": run.order_id})).json()
+        shipment = (
+            await shipping.call_ok("POST", "/v1/shipments", {"order_id": run.order_id})
+        ).json()
         run.done.append("shipping")
         return {
             "order_id": run.order_id,
