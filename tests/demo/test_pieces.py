@@ -123,6 +123,7 @@ def test_bad_fault_specs_are_refused(spec: str) -> None:
         (503, {"status": "refused"}, "refused"),
         (503, {"error": "circuit open", "circuitState": "OPEN"}, "refused"),
         (503, {"error": "unavailable"}, "error"),
+        (503, {"error": "unavailable", "cause": ["courier * *"]}, "refused"),
         (502, {"status": "failed"}, "error"),
         (0, None, "error"),
     ],

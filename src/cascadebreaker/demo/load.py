@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import httpx
 
+from cascadebreaker.demo.refusal import is_refusal
+
 Outcome = Literal["ok", "failed", "refused", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("ok", "failed", "refused", "error")
 
@@ -37,11 +39,7 @@ def classify(status: int, body: Any) -> Outcome:
         return "ok"
     if status == 409:
         return "failed"
-    if (
-        status == 503
-        and isinstance(body, dict)
-        and (body.get("status") == "refused" or "circuitState" in body)
-    ):
+    if is_refusal(status, body):
         return "refused"
     return "error"
 

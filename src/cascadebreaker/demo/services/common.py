@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cascadebreaker.demo.precheck import AvailabilityCheck, NoPrecheck, SidecarPrecheck
+from cascadebreaker.demo.refusal import is_refusal
 from cascadebreaker.demo.topology import Mode, Topology
 
 if TYPE_CHECKING:
@@ -193,10 +194,9 @@ def _is_refusal(response: httpx.Response) -> bool:
     if response.status_code != 503:
         return False
     try:
-        body = response.json()
+        return is_refusal(response.status_code, response.json())
     except ValueError:
         return False
-    return isinstance(body, dict) and ("circuitState" in body or body.get("status") == "refused")
 
 
 @dataclass
