@@ -150,3 +150,25 @@ def test_sigterm_grace_bounds_the_drain(sidecar_factory: Any, upstream: Upstream
     assert sidecar.process.wait(timeout=20) == 0
     caller.join(timeout=20)
     assert len(errors) == 1  # the hung call was cut when the grace period ended
+
+
+def test_slow_head_gets_408_and_idle_connections_close(
+    sidecar_factory: Any, upstream: Upstream
+) -> None:
+    sidecar: SidecarProcess = sidecar_factory(
+        {"payment": {"url": upstream.url}}, limits={"header_timeout": 0.5, "idle_timeout": 0.5}
+    )
+    port = sidecar.ports["outbound"]
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as slow:
+        slow.sendall(b"GET /payment/x HTTP/1.1\r\nhost: x\r\n")  # and never the end of it
+        data = b""
+        while chunk := slow.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 408 ")
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as idle:
+        idle.sendall(b"GET /payment/x HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while not data.endswith(b"ok /x"):
+            data += idle.recv(65536)
+        assert idle.recv(65536) == b""  # closed by the sidecar once idle
+    assert httpx.get(sidecar.url("outbound") + "/payment/x").status_code == 200

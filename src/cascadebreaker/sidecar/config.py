@@ -144,6 +144,9 @@ class LimitsConfig(_Strict):
 
     max_header_bytes: int = Field(default=32768, ge=256)
     max_header_count: int = Field(default=100, ge=1)
+    # Seconds a client may take to send a request head, and may stay idle between requests.
+    header_timeout: float = Field(default=30.0, gt=0)
+    idle_timeout: float = Field(default=75.0, gt=0)
 
 
 class SidecarConfig(_Strict):

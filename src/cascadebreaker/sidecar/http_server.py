@@ -105,12 +105,34 @@ class Limits:
 
 
 class ConnectionTracker:
-    """The open connections of a listener group, for draining at shutdown."""
+    """The open client connections: idle and header timeouts, draining at shutdown.
 
-    def __init__(self) -> None:
+    A sweep every `tick` seconds closes connections idle longer than `idle_timeout` and answers
+    408 to heads unfinished after `header_timeout` (slow clients); nothing runs per request.
+    """
+
+    def __init__(self, header_timeout: float = 30.0, idle_timeout: float = 75.0) -> None:
         self.connections: set[ServerConnection] = set()
         self.draining = False
         self.idle_event = asyncio.Event()
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.tick = max(0.05, min(1.0, min(header_timeout, idle_timeout) / 10))
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def add(self, conn: ServerConnection) -> None:
+        """A connection opened."""
+        self.connections.add(conn)
+        if self._sweeper is None:
+            self._sweeper = conn.loop.call_later(self.tick, self._sweep, conn.loop)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._sweeper = None
+        now = loop.time()
+        for conn in list(self.connections):
+            conn.sweep(now, self.header_timeout, self.idle_timeout)
+        if self.connections:
+            self._sweeper = loop.call_later(self.tick, self._sweep, loop)
 
     def drain(self) -> None:
         """Stop keep-alive: idle connections close now, busy ones after their response."""
@@ -128,6 +150,9 @@ class ConnectionTracker:
     def removed(self, conn: ServerConnection) -> None:
         """A connection closed."""
         self.connections.discard(conn)
+        if not self.connections and self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self.draining and not self.connections:
             self.idle_event.set()
 
@@ -147,8 +172,13 @@ class ServerConnection(asyncio.Protocol):
         self.limits = limits
         self.tracker = tracker
         self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
         self.client = ""
         self.closed = False
+        self.activity = 0  # data_received calls, for the idle sweep
+        self._quiet_mark = -1
+        self._quiet_since = 0.0
+        self._head_started = 0.0
         self._parser = httptools.HttpRequestParser(self)
         self._url = b""
         self._headers: RawHeaders = []
@@ -180,12 +210,13 @@ class ServerConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.tracker.connections.add(self)
+        self.tracker.add(self)
         if self.tracker.draining:
             transport.close()
 
     def data_received(self, data: bytes) -> None:
         """Parse; answer framing and size violations with 400/431 and close."""
+        self.activity += 1
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -242,6 +273,7 @@ class ServerConnection(asyncio.Protocol):
         self._head_bytes = 0
         self._header_count = 0
         self._in_head = True
+        self._head_started = self.loop.time()
         self._request = None
         self._host = b""
         self._length = None
@@ -372,6 +404,19 @@ class ServerConnection(asyncio.Protocol):
             self._active.start()
         if not self._queue:
             self.resume_reading(1)
+
+    def sweep(self, now: float, header_timeout: float, idle_timeout: float) -> None:
+        """Close this connection if it idled, or took too long over a request head."""
+        if self._active is not None or self._receiving is not None:
+            self._quiet_mark = -1
+        elif self._in_head:
+            if now - self._head_started >= header_timeout:
+                self._reject(408, "request head not received in time")
+        elif self._quiet_mark != self.activity:
+            self._quiet_mark = self.activity
+            self._quiet_since = now
+        elif now - self._quiet_since >= idle_timeout:
+            self._close()
 
     def close_if_idle(self) -> None:
         """Close now unless a request is in progress (used when draining)."""

@@ -30,7 +30,7 @@ class SidecarServer:
         self.config = config
         self._store = store
         self.runtime: SidecarRuntime | None = None
-        self.tracker = ConnectionTracker()
+        self.tracker = ConnectionTracker(config.limits.header_timeout, config.limits.idle_timeout)
         self.servers: dict[str, asyncio.Server] = {}
         self._grpc: Any = None
         self._stopping = asyncio.Event()

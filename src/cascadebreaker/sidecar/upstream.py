@@ -194,7 +194,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._head_request = False
         self._timeout = 0.0
         self._last_activity = 0.0
-        self._timer: asyncio.TimerHandle | None = None
+        self._watch = pool.watch
         self._reading_paused = False
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -345,7 +345,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._timeout = timeout
         now = self.loop.time()
         self._last_activity = now
-        self._timer = self.loop.call_at(now + timeout, self._check_timeout)
+        self._watch.add(self)
         if body:
             self.transport.writelines((head, body))
         else:
@@ -386,15 +386,15 @@ class UpstreamConnection(asyncio.Protocol):
         self._abandon()
 
     # -- internals --------------------------------------------------------------------------
-    def _check_timeout(self) -> None:
-        self._timer = None
+    def check_timeout(self, now: float) -> None:
+        """Called by the pool's watch: fail the exchange if the upstream stalled too long."""
         if self._sink is None:
+            self._watch.busy.discard(self)
             return
-        now = self.loop.time()
         if self._reading_paused:
-            self._last_activity = now
-        due = self._last_activity + self._timeout
-        if now >= due - 0.001:
+            self._last_activity = now  # the client is slow, not the upstream
+            return
+        if now - self._last_activity >= self._timeout:
             what = "response body stalled" if self._head_seen else "no response"
             self._fail(
                 UpstreamTimeout(
@@ -403,15 +403,11 @@ class UpstreamConnection(asyncio.Protocol):
                     response_started=self._bytes_seen,
                 )
             )
-        else:
-            self._timer = self.loop.call_at(due, self._check_timeout)
 
     def _complete(self) -> None:
         sink = self._sink
         self._sink = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._watch.busy.discard(self)
         if self._keep_alive and not self.closed:
             self.reused = True
             self.pool.release(self)
@@ -428,14 +424,47 @@ class UpstreamConnection(asyncio.Protocol):
             sink.response_failed(error)
 
     def _abandon(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._watch.busy.discard(self)
         if not self.closed:
             self.closed = True
             self.pool.discard(self)
             if self.transport is not None:
                 self.transport.close()
+
+
+class TimeoutWatch:
+    """Checks busy connections for stalls every `resolution` seconds.
+
+    One periodic check per pool instead of a timer armed and cancelled per request (which costs
+    more than the rest of the exchange's bookkeeping); timeouts fire up to `resolution` late.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
+        self.loop = loop
+        self.resolution = resolution
+        self.busy: set[UpstreamConnection] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, conn: UpstreamConnection) -> None:
+        """Watch a connection that just started an exchange."""
+        self.busy.add(conn)
+        if self._handle is None:
+            self._handle = self.loop.call_later(self.resolution, self._tick)
+
+    def _tick(self) -> None:
+        self._handle = None
+        now = self.loop.time()
+        for conn in list(self.busy):
+            conn.check_timeout(now)
+        if self.busy:
+            self._handle = self.loop.call_later(self.resolution, self._tick)
+
+    def close(self) -> None:
+        """Stop checking."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.busy.clear()
 
 
 class UpstreamPool:
@@ -447,6 +476,7 @@ class UpstreamPool:
         self.loop = loop
         self._idle: list[UpstreamConnection] = []
         self._all: set[UpstreamConnection] = set()
+        self.watch = TimeoutWatch(loop, max(0.005, min(0.05, target.timeout / 20)))
 
     @property
     def idle_count(self) -> int:
@@ -506,6 +536,7 @@ class UpstreamPool:
         for conn in list(self._all):
             conn.close()
         self._idle.clear()
+        self.watch.close()
 
 
 class _BufferingSink:
