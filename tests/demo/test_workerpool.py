@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cascadebreaker.demo.workerpool_command import ScenarioSettings, report_rows, run_scenario
+from cascadebreaker.demo.workerpool_scenario import ScenarioSettings, report_rows, run_scenario
 
 pytestmark = pytest.mark.slow
 

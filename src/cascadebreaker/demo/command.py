@@ -49,7 +49,7 @@ def register(subparsers: Any) -> None:
     workerpool = demo_sub.add_parser(
         "workerpool", help="a bounded worker pool with a hanging upstream, with/without breaker"
     )
-    from cascadebreaker.demo.workerpool_command import add_arguments
+    from cascadebreaker.demo.workerpool_scenario import add_arguments
 
     add_arguments(workerpool)
 
@@ -61,6 +61,9 @@ def register(subparsers: Any) -> None:
     experiment.add_argument("--faults", default=None, help="comma-separated subset of faults")
     experiment.add_argument("--modes", default=None, help="comma-separated: none,plain,cascade")
     experiment.add_argument("--no-overhead", action="store_true", help="skip the overhead part")
+    experiment.add_argument(
+        "--no-workerpool", action="store_true", help="skip the worker-pool scenario"
+    )
     experiment.set_defaults(handler=run_experiment)
 
     fault = subparsers.add_parser("fault", help="switch faults of a running `ccb demo`")
@@ -177,11 +180,44 @@ def run_experiment(args: argparse.Namespace) -> int:
         rates = [10.0, 30.0] if args.quick else [25.0, 50.0, 100.0, 200.0]
         seconds = 4.0 if args.quick else 15.0
         results["overhead"] = run_overhead(rates, seconds, progress)
+    if not args.no_workerpool:
+        progress("worker pool: without and with a breaker")
+        results["workerpool"] = run_workerpool(args.quick)
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
     out = Path(args.out)
     write_outputs(results, out)
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {len(results['plots'])} plots")
     return 0
+
+
+def run_workerpool(quick: bool) -> dict[str, Any]:
+    """The worker-pool scenario as an experiment section: settings, rows, /other failures."""
+    import shutil
+    import tempfile
+    from dataclasses import asdict, replace
+    from pathlib import Path
+
+    from cascadebreaker.demo.workerpool_scenario import (
+        ScenarioSettings,
+        report_rows,
+        run_scenario,
+    )
+
+    settings = ScenarioSettings()
+    settings = replace(settings, warmup=4.0, measure=4.0) if quick else settings
+    workdir = Path(tempfile.mkdtemp(prefix="ccb-workerpool-"))
+    try:
+        without, with_breaker = asyncio.run(run_scenario(settings, workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {
+        "settings": asdict(settings),
+        "rows": report_rows([without, with_breaker]),
+        "other_failures": {
+            "no_breaker": without.other_failures,
+            "breaker": with_breaker.other_failures,
+        },
+    }
 
 
 def run_fault_inject(args: argparse.Namespace) -> int:

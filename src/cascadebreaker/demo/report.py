@@ -89,6 +89,27 @@ def markdown(results: dict[str, Any]) -> str:
                     f"{_cell(a['rss_relative_pct'])} |"
                 )
         lines.append("")
+    workerpool = results.get("workerpool")
+    if workerpool:
+        wp = workerpool["settings"]
+        lines += [
+            "## worker pool",
+            "",
+            f"{wp['workers']} sync workers; `/slow-route` calls an upstream that never "
+            f"answers ({wp['upstream_timeout']} s timeout, {wp['slow_clients']} callers); "
+            f"`/other` does not ({wp['other_clients']} callers, {wp['other_timeout']} s "
+            f"client timeout). Measured {wp['measure']} s after a {wp['warmup']} s warm-up.",
+            "",
+            "| variant | route | requests | ok | timeouts | errors | rejected | p50 ms | p99 ms |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row in workerpool["rows"]:
+            lines.append(
+                f"| {row['variant']} | {row['route']} | {row['requests']} | "
+                f"{row['ok']} | {row['timeouts']} | {row['errors']} | "
+                f"{row['rejected']} | {_cell(row['p50_ms'])} | {_cell(row['p99_ms'])} |"
+            )
+        lines.append("")
     plots = results.get("plots", [])
     if plots:
         lines += ["## plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
