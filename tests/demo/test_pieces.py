@@ -150,9 +150,36 @@ def test_percentile_nearest_rank() -> None:
             {"available": False, "causes": [{"endpoint": "shipping POST /v1/shipments"}]},
             Availability(False, ("shipping POST /v1/shipments",)),
         ),
+        (
+            {"available": False, "causeChain": [{"endpoint": "courier * *", "reason": "open"}]},
+            Availability(False, ("courier * *",)),
+        ),
         ({"available": "no"}, Availability(True)),  # unreadable: fail open
         ([1, 2], Availability(True)),
     ],
 )
 def test_availability_answers(body: object, expected: Availability) -> None:
     assert parse_availability(json.loads(json.dumps(body))) == expected
+
+
+def test_unavailable_endpoints_read_from_a_sidecar_status() -> None:
+    from cascadebreaker.demo.observe import _unavailable
+
+    status = {
+        "cascade": {
+            "unavailable": [
+                {
+                    "endpoint": "order POST /v1/orders",
+                    "cause_chain": [
+                        {"endpoint": "courier * *", "reason": "circuit open"},
+                        {"endpoint": "shipping POST /v1/shipments", "reason": "requires"},
+                    ],
+                }
+            ]
+        }
+    }
+
+    assert _unavailable(status) == [
+        "order POST /v1/orders: courier * * (circuit open) -> shipping POST /v1/shipments"
+    ]
+    assert _unavailable({"breakers": {}}) == []

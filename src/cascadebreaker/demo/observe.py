@@ -10,6 +10,8 @@ import httpx
 
 from cascadebreaker.demo.topology import ServiceSpec, Topology
 
+_CHAIN_KEYS = ("cause_chain", "causeChain", "cause", "causes")
+
 
 @dataclass
 class ServiceView:
@@ -46,25 +48,39 @@ def _breaker_states(raw: Any) -> dict[str, str]:
     return states
 
 
+def _chain_text(cause: Any) -> str:
+    """A cause chain as one line, root first: `courier * * (circuit open) -> shipping POST ...`."""
+    if isinstance(cause, str):
+        return cause
+    if not isinstance(cause, list):
+        return ""
+    links = []
+    for i, link in enumerate(cause):
+        if isinstance(link, dict):
+            reason = link.get("reason") if i == 0 else None
+            links.append(str(link.get("endpoint", link)) + (f" ({reason})" if reason else ""))
+        else:
+            links.append(str(link))
+    return " -> ".join(links)
+
+
 def _unavailable(status: Any) -> list[str]:
-    """Unavailable endpoints from a sidecar's /status, tolerant of its exact shape."""
+    """Unavailable endpoints from a sidecar's /status (`cascade.unavailable`), tolerant of shape."""
     if not isinstance(status, dict):
         return []
     raw = status.get("unavailable")
     if raw is None and isinstance(status.get("cascade"), dict):
         raw = status["cascade"].get("unavailable")
-    items: list[str] = []
     if isinstance(raw, dict):
-        raw = [
-            {"endpoint": k, **(v if isinstance(v, dict) else {"cause": v})} for k, v in raw.items()
-        ]
+        raw = [{"endpoint": k, "cause_chain": v} for k, v in raw.items()]
+    items: list[str] = []
     for entry in raw or ():
-        if isinstance(entry, dict):
-            cause = entry.get("cause") or entry.get("causes") or []
-            chain = " <- ".join(str(c) for c in cause) if isinstance(cause, list) else str(cause)
-            items.append(f"{entry.get('endpoint', '?')}" + (f" <- {chain}" if chain else ""))
-        else:
+        if not isinstance(entry, dict):
             items.append(str(entry))
+            continue
+        cause = next((entry[k] for k in _CHAIN_KEYS if k in entry), None)
+        chain = _chain_text(cause)
+        items.append(f"{entry.get('endpoint', '?')}" + (f": {chain}" if chain else ""))
     return items
 
 

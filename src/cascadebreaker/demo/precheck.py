@@ -72,10 +72,10 @@ class SidecarPrecheck:
 
 
 def parse_availability(body: Any) -> Availability:
-    """Read an availability answer: `{"available": bool, "cause": [...]}` (tolerant of shape)."""
+    """Read an availability answer: `{"available": bool, "causeChain": [...]}` (tolerant)."""
     if not isinstance(body, dict) or not isinstance(body.get("available"), bool):
         return AVAILABLE
-    raw = body.get("cause", body.get("causes", ()))
+    raw = next((body[k] for k in ("causeChain", "cause_chain", "cause", "causes") if k in body), ())
     if isinstance(raw, str):
         raw = [raw]
     cause = tuple(str(c.get("endpoint", c) if isinstance(c, dict) else c) for c in (raw or ()))
