@@ -67,7 +67,10 @@ class RequestInfo:
         "headers",
         "method",
         "path",
+        "reroute",
+        "response_headers",
         "service",
+        "state",
         "target",
     )
 
@@ -90,6 +93,11 @@ class RequestInfo:
         self.headers = headers  # as received (raw bytes, original case)
         self.client = client  # peer address of the downstream connection
         self.add_headers: RawHeaders = []  # hooks append headers to forward with the request
+        # Set by on_request: forward to this upstream instead of `target` (an alternative).
+        self.reroute: str | None = None
+        # The upstream's response headers when on_response runs; hooks may append to them.
+        self.response_headers: RawHeaders = []
+        self.state: Any = None  # a hook's own per-request state (e.g. a trace key)
         self._route_resolver = route_resolver
         self._route: str | None = None
 
