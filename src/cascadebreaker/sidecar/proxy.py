@@ -191,9 +191,11 @@ class ProxyExchange(FixedExchange):
             if rejection is not None:
                 self._reject(rejection)
                 return
+            if info.reroute is not None and info.reroute in runtime.routes:
+                self.route = runtime.routes[info.reroute]  # the primary's alternative
         if not self._acquire():
             return
-        route.budget.deposit()
+        self.route.budget.deposit()
         self._dispatch()
 
     def request_body(self, data: bytes) -> None:
@@ -266,12 +268,14 @@ class ProxyExchange(FixedExchange):
         if not keep_alive:
             framing += b"connection: close\r\n"
         self.keep_alive = keep_alive
+        if self.info is not None:
+            # Hooks read the upstream's response headers and may add their own.
+            self.info.response_headers = headers
+            self.runtime.hooks.on_response(self.info, status, "failure" if failed else "success")
         headers.append((b"via", self.runtime.via))
         # The head waits for the first body piece: one write (one syscall, one segment) for both.
         self._out = response_head(status, reason, headers, framing)
         self.head_sent = True
-        if self.info is not None:
-            self.runtime.hooks.on_response(self.info, status, "failure" if failed else "success")
 
     def response_body(self, data: bytes) -> None:
         """Stream a piece of the body to the client."""
