@@ -106,6 +106,8 @@ class AdminHandler:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SidecarCollector(runtime, tracker))
         self.registry.register(ProcessCollector(registry=None))
+        for collector in runtime.collectors:
+            self.registry.register(collector)
 
     def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
         """Answer one admin request."""
