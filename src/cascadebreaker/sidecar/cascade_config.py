@@ -1,0 +1,105 @@
+"""The `cascade:` section of the sidecar config (parsed here from the raw mapping).
+
+cascade:
+  enabled: true              # default; false = no cascade hook at all
+  secret: "..."              # else the CCB_SECRET environment variable, else unauthenticated
+  learning: true             # learn edges from calls (ccb-serving-endpoint, trace context)
+  learn_from_traces: true    # correlate traceparent / b3 / x-request-id
+  edge_ttl: 600              # seconds an unseen learned edge lives
+  namespace: ccb             # Redis channel `ccb:cascade:<namespace>` (store: redis://)
+  redis: redis://...         # default: `store` when it is a Redis URL
+  advertise: 127.0.0.1:15002 # gRPC address callers subscribe to; default listen.grpc
+  templates: {payment: ["/v1/charges/{id}"]}
+  edges:                     # static edges (never age out)
+    - {caller: "checkout POST /v1/orders", callee: "payment POST /v1/charges"}
+    - {caller: "checkout POST /v1/orders", callee: "mailer POST /send", optional: true}
+  alternatives: {payment: payment-backup}   # reroute while the primary is unavailable
+  peers: {payment: 127.0.0.1:15102}         # gRPC addresses known up front (optional)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cascadebreaker.cascade import Endpoint
+from cascadebreaker.sidecar.config import ConfigError
+
+__all__ = ["CascadeConfig", "StaticEdge", "parse_cascade_config"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _endpoint(value: str) -> str:
+    Endpoint.parse(value)  # ValueError names the problem
+    return value
+
+
+def _address(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError("must be host:port")
+    return value
+
+
+class StaticEdge(_Strict):
+    """One declared edge `caller -> callee` (endpoints written `service METHOD /route`)."""
+
+    caller: str
+    callee: str
+    optional: bool = False
+
+    @field_validator("caller", "callee")
+    @classmethod
+    def _endpoints(cls, value: str) -> str:
+        return _endpoint(value)
+
+
+class CascadeConfig(_Strict):
+    """How this sidecar takes part in the cascade."""
+
+    enabled: bool = True
+    secret: str | None = None
+    learning: bool = True
+    learn_from_traces: bool = True
+    edge_ttl: float = Field(default=600.0, gt=0)
+    namespace: str = Field(default="ccb", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    redis: str | None = None
+    advertise: str | None = None
+    templates: dict[str, list[str]] = Field(default_factory=dict)
+    edges: list[StaticEdge] = Field(default_factory=list)
+    alternatives: dict[str, str] = Field(default_factory=dict)
+    peers: dict[str, str] = Field(default_factory=dict)
+    max_ttl: float = Field(default=300.0, gt=0)
+
+    @field_validator("advertise")
+    @classmethod
+    def _advertise(cls, value: str | None) -> str | None:
+        return None if value is None else _address(value)
+
+    @field_validator("peers")
+    @classmethod
+    def _peers(cls, value: dict[str, str]) -> dict[str, str]:
+        for address in value.values():
+            _address(address)
+        return value
+
+    @field_validator("redis")
+    @classmethod
+    def _redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis:// URL")
+        return value
+
+
+def parse_cascade_config(data: dict[str, Any] | None) -> CascadeConfig:
+    """Validate the raw `cascade:` mapping; ConfigError naming the first bad key."""
+    try:
+        return CascadeConfig.model_validate(data or {})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in ("cascade", *error["loc"]))
+        raise ConfigError(f"{where}: {error['msg']}") from None

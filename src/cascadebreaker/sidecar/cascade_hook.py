@@ -1,0 +1,231 @@
+"""The cascade on the request path: a `RequestHook` for both listeners, and its installation.
+
+Inbound (a caller reaching our app): refuse requests to our own unavailable endpoints (503 with
+the cause chain); strip `ccb-hop` always and the learning headers unless the hop token verifies
+(outside clients cannot steer learning); remember the trace so the app's outbound calls are
+attributed to the endpoint it serves; answer sidecars with `ccb-sidecar-grpc: host:port` so
+they subscribe to our `Watch` stream.
+
+Outbound (our app calling an upstream): learn the edge (explicit header or trace context),
+refuse a call to an unavailable target endpoint, reroute to a configured alternative while the
+primary is unavailable, add our `ccb-hop` token, and subscribe to the upstream's sidecar when
+its response names one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from cascadebreaker import State
+from cascadebreaker.cascade import (
+    HOP_HEADER,
+    OPTIONAL_HEADER,
+    SERVING_ENDPOINT_HEADER,
+    Endpoint,
+    Unavailability,
+)
+from cascadebreaker.cascade.updates import chain_to_list
+from cascadebreaker.sidecar.cascade_config import parse_cascade_config
+from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.wire import RawHeaders, json_response
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.cascade_node import CascadeNode
+    from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+__all__ = ["CAUSE_HEADER", "SIDECAR_GRPC_HEADER", "CascadeHook", "install_cascade"]
+
+CAUSE_HEADER = "ccb-cause"
+SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
+
+_HOP = HOP_HEADER.encode()
+_GRPC = SIDECAR_GRPC_HEADER.encode()
+_LEARNING = frozenset({SERVING_ENDPOINT_HEADER.encode(), OPTIONAL_HEADER.encode()})
+_STRIP_ALWAYS = frozenset({_HOP, _GRPC})
+_STRIP_UNTRUSTED = _STRIP_ALWAYS | _LEARNING
+
+
+class CascadeRejection(Rejection):
+    """A 503 for an unavailable endpoint: the cause chain in `ccb-cause` and in the body."""
+
+    __slots__ = ("cause",)
+
+    def __init__(self, body: dict[str, Any], unavailability: Unavailability, wall: float) -> None:
+        wait = max(unavailability.expires_at - wall, 0.0)
+        body["causeChain"] = chain_to_list(unavailability.cause_chain)
+        body["retryAfter"] = round(wait, 3)
+        super().__init__(body, 503, wait)
+        # Root first, comma separated: `payment * *, checkout POST /v1/orders`.
+        self.cause = ", ".join(str(c.endpoint) for c in unavailability.cause_chain).encode(
+            "latin-1", "replace"
+        )
+
+    def to_bytes(self, close: bool = False) -> bytes:
+        """The complete HTTP response, with `ccb-cause`."""
+        extra = [(CAUSE_HEADER.encode(), self.cause)]
+        if self.retry_after is not None:
+            extra.append((b"retry-after", b"%d" % max(1, math.ceil(self.retry_after))))
+        return json_response(self.status, self.body, extra, close=close)
+
+
+def _getter(headers: RawHeaders) -> Any:
+    """A lower-case header dict built once per request (first value wins)."""
+    found: dict[str, str] = {}
+    for name, value in headers:
+        key = name.decode("latin-1").lower()
+        if key not in found:
+            found[key] = value.decode("latin-1")
+    return found.get
+
+
+def _strip(headers: RawHeaders, names: frozenset[bytes]) -> None:
+    """Remove headers in place (the proxy forwards this very list)."""
+    if any(name.lower() in names for name, _ in headers):
+        headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
+
+
+class CascadeHook:
+    """The cascade's `RequestHook` (one instance serves both directions)."""
+
+    def __init__(self, node: CascadeNode) -> None:
+        self.node = node
+        self.runtime = node.runtime
+        self.learner = node.learner
+        self.templates = node.templates
+        self.table = node.table
+        self.learning = node.config.learning
+        self.alternatives = node.config.alternatives
+        self._wall = node.learner._wall
+
+    def on_request(self, info: RequestInfo) -> Rejection | None:
+        """Refuse, learn, strip or add headers, reroute."""
+        if info.direction is Direction.INBOUND:
+            return self._inbound(info)
+        return self._outbound(info)
+
+    def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
+        """End the trace of an inbound request; discover the sidecar behind an upstream."""
+        if info.direction is Direction.INBOUND:
+            state = info.state
+            if state is None:
+                return
+            trace_key, from_sidecar = state
+            self.learner.inbound_done(trace_key)
+            if from_sidecar and self.node.advertise is not None and outcome != "rejected":
+                info.response_headers.append((_GRPC, self.node.advertise))
+            return
+        for name, value in info.response_headers:
+            if name.lower() == _GRPC:
+                self.node.peer_seen(info.reroute or info.target, value.decode("latin-1"))
+                break
+
+    # -- inbound ----------------------------------------------------------------------------
+
+    def _inbound(self, info: RequestInfo) -> Rejection | None:
+        headers = info.headers
+        get = _getter(headers)
+        if self.learning:
+            decision = self.learner.inbound(info.method, info.path, get, peer_host=info.client)
+            endpoint, refusal = decision.endpoint, decision.refusal
+            trace_key, from_sidecar = decision.trace_key, decision.from_sidecar
+        else:
+            endpoint = self.templates.endpoint(info.service, info.method, info.path)
+            refusal = self.table.check(endpoint)
+            trace_key = None
+            token = get(HOP_HEADER)
+            from_sidecar = token is not None and self._hop_trusted(info, get, token)
+        if refusal is not None:
+            self.node.refused("inbound")
+            body = {"error": "endpoint unavailable", "service": info.service}
+            body["endpoint"] = str(endpoint)
+            return CascadeRejection(body, refusal, self._wall())
+        _strip(headers, _STRIP_ALWAYS if from_sidecar else _STRIP_UNTRUSTED)
+        info.state = (trace_key, from_sidecar)
+        return None
+
+    def _hop_trusted(self, info: RequestInfo, get: Any, token: str) -> bool:
+        from cascadebreaker.cascade import hop_material
+
+        material = hop_material(info.method, info.path, get)
+        check = self.learner.trust.check(
+            token, peer_host=info.client, now=self._wall(), material=material
+        )
+        return check.trusted
+
+    # -- outbound ---------------------------------------------------------------------------
+
+    def _outbound(self, info: RequestInfo) -> Rejection | None:
+        headers = info.headers
+        upstream = info.target
+        get = _getter(headers)
+        alternative = self.alternatives.get(upstream)
+        if self.learning:
+            # A call with an alternative upstream has a fallback: its edge is optional.
+            learn_get = get if alternative is None else _optional(get)
+            decision = self.learner.outbound(upstream, info.method, info.path, learn_get)
+            self.node.send(decision.updates)
+            callee, refusal = decision.callee, decision.refusal
+        else:
+            callee = self.templates.endpoint(upstream, info.method, info.path)
+            refusal = self.table.check(callee)
+        if refusal is not None and _own_breaker(refusal, upstream):
+            refusal = None  # our breaker for this upstream answers for itself (and probes)
+        if alternative is not None and (refusal is not None or self._breaker_open(upstream)):
+            alt_callee = Endpoint(alternative, callee.method, callee.template)
+            if self.table.check(alt_callee) is None and not self._breaker_open(alternative):
+                info.reroute = upstream = alternative
+                refusal = None
+        if refusal is not None:
+            self.node.refused("outbound")
+            body = {"error": "upstream endpoint unavailable", "upstream": upstream}
+            body["endpoint"] = str(callee)
+            return CascadeRejection(body, refusal, self._wall())
+        _strip(headers, _STRIP_ALWAYS)  # the app must not pass another hop's token on
+        route = self.runtime.routes.get(upstream)
+        base = route.pool.target.base_path.decode("latin-1") if route is not None else ""
+        token = self.learner.hop_token(info.method, base + info.path, get)
+        info.add_headers.append((_HOP, token.encode("latin-1")))
+        return None
+
+    def _breaker_open(self, upstream: str) -> bool:
+        route = self.runtime.routes.get(upstream)
+        breaker = route.breaker if route is not None else None
+        return breaker is not None and breaker.state is State.OPEN and breaker.retry_after > 0
+
+
+def _own_breaker(refusal: Unavailability, upstream: str) -> bool:
+    """True when the only cause is this sidecar's breaker for `upstream` itself."""
+    chain = refusal.cause_chain
+    return len(chain) == 1 and chain[0].endpoint == Endpoint.service_wide(upstream)
+
+
+def _optional(get: Any) -> Any:
+    def wrapped(name: str) -> str | None:
+        return "1" if name == OPTIONAL_HEADER else get(name)
+
+    return wrapped
+
+
+def install_cascade(runtime: SidecarRuntime) -> CascadeNode | None:
+    """Build the cascade from `cascade:` in the config and plug it into the runtime."""
+    config = parse_cascade_config(runtime.config.cascade)
+    if not config.enabled:
+        return None
+    from cascadebreaker.sidecar.cascade_admin import CascadeCollector, availability_route
+    from cascadebreaker.sidecar.cascade_node import CascadeNode
+
+    node = CascadeNode(runtime, config)
+    templates = node.templates
+    runtime.route_resolver = lambda service, method, path: (
+        templates.endpoint(service, method, path).template
+    )
+    runtime.hooks.add(CascadeHook(node))
+    runtime.admin_routes["/availability"] = availability_route(node)
+    runtime.status_sections["cascade"] = node.status
+    runtime.collectors.append(CascadeCollector(node))
+    # The gRPC API looks these up on the runtime (Check and Watch).
+    runtime.availability = node.table  # type: ignore[attr-defined]
+    runtime.update_source = node.hub.source  # type: ignore[attr-defined]
+    node.start()
+    return node

@@ -1,0 +1,247 @@
+"""One sidecar's part of the cascade: the table, its inputs (breakers, peers, Redis) and outputs.
+
+Every input of the pure `AvailabilityTable` returns the updates to send; `CascadeNode.send` puts
+them on our `Watch` streams (callers' sidecars) and on Redis. Updates received from peers go
+through `table.receive` and whatever changes about our own endpoints is sent on at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from cascadebreaker.cascade import (
+    AvailabilityTable,
+    AvailabilityUpdate,
+    DependencyGraph,
+    Endpoint,
+    HopTrust,
+    Learner,
+    RouteTemplates,
+    TraceTable,
+    Unavailability,
+    load_secret,
+)
+from cascadebreaker.sidecar.cascade_config import CascadeConfig
+from cascadebreaker.sidecar.propagation import PeerWatchers, WatchHub
+
+if TYPE_CHECKING:
+    from cascadebreaker import CircuitBreaker
+    from cascadebreaker.sidecar.redis_bus import RedisBus
+    from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+__all__ = ["CascadeNode"]
+
+log = logging.getLogger("cascadebreaker.sidecar.cascade")
+
+_HOUSEKEEPING = 1.0  # seconds between expiry sweeps (checks are lazy; this frees memory)
+_EDGE_SWEEP = 30.0
+
+
+class CascadeNode:
+    """The cascade state of one sidecar and the transports that carry its updates."""
+
+    def __init__(self, runtime: SidecarRuntime, config: CascadeConfig) -> None:
+        self.runtime = runtime
+        self.config = config
+        self.service = runtime.service
+        self.loop = runtime.loop
+        self._loop_thread = threading.get_ident()
+        self.secret = load_secret(config.secret)
+        self.graph = DependencyGraph(time.monotonic, edge_ttl=config.edge_ttl)
+        self.table = AvailabilityTable(
+            self.service,
+            self.graph,
+            clock=time.monotonic,
+            wall_clock=time.time,
+            secret=self.secret,
+            max_ttl=config.max_ttl,
+        )
+        self.templates = RouteTemplates(config.templates)
+        self.learner = Learner(
+            self.table,
+            self.templates,
+            TraceTable(time.monotonic),
+            HopTrust(self.secret),
+            wall_clock=time.time,
+            learn_from_traces=config.learn_from_traces,
+        )
+        loopback_only = self.secret is None
+        self.hub = WatchHub(self.table.current, loopback_only=loopback_only)
+        self.peers = PeerWatchers(
+            self.service,
+            self._from_peer,
+            loopback_only=loopback_only,
+            on_malformed=lambda: self._count_rejected("malformed"),
+        )
+        self.peer_of: dict[str, set[str]] = {}  # upstream -> gRPC addresses of its sidecars
+        self.advertise = self._advertised_address()
+        self.redis: RedisBus | None = None
+        self.stats: Counter[str] = Counter()
+        self._tasks: list[asyncio.Task[None]] = []
+        for edge in config.edges:
+            self.graph.declare(
+                Endpoint.parse(edge.caller), Endpoint.parse(edge.callee), required=not edge.optional
+            )
+        if loopback_only:
+            log.warning(
+                "cascade: no secret (cascade.secret or CCB_SECRET): availability updates and "
+                "hop tokens are unauthenticated and accepted from loopback peers only"
+            )
+
+    def _advertised_address(self) -> bytes | None:
+        if self.config.advertise:
+            return self.config.advertise.encode()
+        grpc_listen = self.runtime.config.listen.grpc
+        if grpc_listen is None or grpc_listen.port == 0:
+            return None
+        host = grpc_listen.host
+        if host in ("0.0.0.0", "::", ""):
+            return None  # not an address a peer can dial; set cascade.advertise
+        return f"{host}:{grpc_listen.port}".encode()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Watch the breakers, connect Redis and the configured peers, start housekeeping."""
+        for name, route in self.runtime.routes.items():
+            if route.breaker is not None:
+                self._watch_breaker(name, route.breaker)
+        redis_url = self.config.redis or (
+            self.runtime.config.store if self.runtime.config.store != "memory" else None
+        )
+        if redis_url is not None:
+            from cascadebreaker.sidecar.redis_bus import RedisBus
+
+            self.redis = RedisBus(
+                redis_url,
+                self.config.namespace,
+                self._from_redis,
+                lambda: self._count_rejected("malformed"),
+            )
+            self.redis.start()
+        for upstream, address in self.config.peers.items():
+            self.peer_seen(upstream, address)
+        self._tasks.append(self.loop.create_task(self._housekeeping()))
+
+    def close(self) -> None:
+        """Stop every task and stream."""
+        for task in self._tasks:
+            task.cancel()
+        self.peers.close()
+        self.hub.close()
+        if self.redis is not None:
+            self.redis.close()
+
+    # -- inputs -----------------------------------------------------------------------------
+
+    def _watch_breaker(self, upstream: str, breaker: CircuitBreaker) -> None:
+        def on_transition(event: Any) -> None:
+            to_state = str(getattr(event.to_state, "value", event.to_state))
+            if threading.get_ident() == self._loop_thread:
+                self._breaker_moved(upstream, breaker, to_state)
+            else:  # a shared store may report transitions from its own thread
+                self.loop.call_soon_threadsafe(self._breaker_moved, upstream, breaker, to_state)
+
+        breaker.add_listener(on_transition)
+
+    def _breaker_moved(self, upstream: str, breaker: CircuitBreaker, to_state: str) -> None:
+        retry_after = breaker.retry_after if to_state.upper() == "OPEN" else 0.0
+        self.send(self.table.breaker_transition(upstream, to_state, retry_after))
+
+    def _from_peer(self, update: AvailabilityUpdate, address: str) -> None:
+        self.stats["received_watch"] += 1
+        self._receive(update)
+
+    def _from_redis(self, update: AvailabilityUpdate) -> None:
+        if update.service == self.service:
+            return  # our replicas' own endpoints: each derives them from its breakers
+        self.stats["received_redis"] += 1
+        self._receive(update)
+
+    def _receive(self, update: AvailabilityUpdate) -> None:
+        result = self.table.receive(update)
+        self.send(result.updates)
+
+    def _count_rejected(self, reason: str) -> None:
+        self.stats[f"rejected_{reason}"] += 1
+
+    def peer_seen(self, upstream: str, address: str) -> None:
+        """A sidecar of `upstream` answered from `address`: subscribe to its Watch stream."""
+        known = self.peer_of.setdefault(upstream, set())
+        if address in known:
+            return
+        if self.advertise is not None and address.encode() == self.advertise:
+            return  # ourselves (an app calling its own service)
+        if self.peers.ensure(address):
+            known.add(address)
+            log.info("cascade: watching %s at %s", upstream, address)
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    def send(self, updates: Iterable[AvailabilityUpdate]) -> None:
+        """Push our updates to subscribed callers and to Redis."""
+        updates = tuple(updates)
+        if not updates:
+            return
+        self.stats["sent"] += len(updates)
+        self.hub.publish(updates)
+        if self.redis is not None:
+            self.redis.publish(updates)
+
+    def refused(self, direction: str) -> None:
+        """Count one call refused early."""
+        self.stats[f"refused_{direction}"] += 1
+
+    async def _housekeeping(self) -> None:
+        last_sweep = time.monotonic()
+        while True:
+            await asyncio.sleep(_HOUSEKEEPING)
+            self.table.expire()
+            if time.monotonic() - last_sweep >= _EDGE_SWEEP:
+                last_sweep = time.monotonic()
+                self.send(self.table.expire_edges())
+
+    # -- views ------------------------------------------------------------------------------
+
+    def rejected(self) -> dict[str, int]:
+        """Rejected updates by reason (table verdicts and transport-level malformed ones)."""
+        found: Counter[str] = Counter()
+        for key, count in (*self.table.counters.items(), *self.stats.items()):
+            if key.startswith("rejected_"):
+                found[key.removeprefix("rejected_")] += count
+        return dict(found)
+
+    def check(self, endpoint: Endpoint) -> Unavailability | None:
+        """Why `endpoint` (ours or a target) is unavailable now, or None."""
+        return self.table.check(endpoint)
+
+    def status(self) -> dict[str, Any]:
+        """The `cascade` section of /status: graph, unavailable endpoints, peers, counters."""
+        snapshot = self.table.snapshot()
+        return {
+            "secret": self.secret is not None,
+            "learning": self.config.learning,
+            "advertise": self.advertise.decode() if self.advertise else None,
+            "unavailable": snapshot["unavailable"],
+            "edges": snapshot["edges"],
+            "peers": {upstream: sorted(addresses) for upstream, addresses in self.peer_of.items()},
+            "connectedPeers": sorted(self.peers.connected),
+            "subscribers": self.hub.subscribers,
+            "redis": None if self.redis is None else {"connected": self.redis.connected},
+            "updates": {
+                "sent": self.stats["sent"],
+                "received": self.table.counters["received"],
+                "accepted": self.table.counters["accepted"],
+                "rejected": self.rejected(),
+            },
+            "refused": {
+                "outbound": self.stats["refused_outbound"],
+                "inbound": self.stats["refused_inbound"],
+            },
+        }

@@ -1,0 +1,180 @@
+"""Event-driven propagation between sidecars over the gRPC `Watch` stream.
+
+- `WatchHub` is the server side: every subscriber (a caller's sidecar) first gets the current
+  state of our endpoints (`AvailabilityTable.current(since_version)`), then every update we send.
+- `PeerWatchers` is the client side: one subscription per peer sidecar, opened the first time
+  our app talks to that peer (its address comes from the `ccb-sidecar-grpc` response header or
+  the config), reconnecting with backoff and asking only for what it missed (`since_version`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING
+
+import grpc
+
+from cascadebreaker.cascade import AvailabilityUpdate, is_loopback
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.grpc_api import WatchSubscription
+
+__all__ = ["PeerWatchers", "WatchHub", "peer_host"]
+
+log = logging.getLogger("cascadebreaker.sidecar.cascade")
+
+_QUEUE_LIMIT = 4096  # a subscriber this far behind is cut off; it reconnects with since_version
+_MAX_PEERS = 256
+_BACKOFF_FIRST = 0.05
+_BACKOFF_MAX = 2.0
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string (`ipv4:127.0.0.1:5000`, `ipv6:[::1]:5000`)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rpartition(":")[0].strip("[]")
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return rest
+
+
+class WatchHub:
+    """Fans our updates out to every subscribed caller's `Watch` stream."""
+
+    def __init__(
+        self, current: Callable[[int], list[AvailabilityUpdate]], *, loopback_only: bool
+    ) -> None:
+        self._current = current
+        self._loopback_only = loopback_only
+        self._subscribers: set[asyncio.Queue[AvailabilityUpdate | None]] = set()
+
+    @property
+    def subscribers(self) -> int:
+        """Open `Watch` streams."""
+        return len(self._subscribers)
+
+    def publish(self, updates: Iterable[AvailabilityUpdate]) -> None:
+        """Queue updates for every subscriber (a hopelessly slow one is cut off)."""
+        for queue in list(self._subscribers):
+            for update in updates:
+                if queue.qsize() >= _QUEUE_LIMIT - 1:
+                    self._subscribers.discard(queue)
+                    queue.put_nowait(None)  # ends that stream; the peer reconnects
+                    break
+                queue.put_nowait(update)
+
+    async def source(self, subscription: WatchSubscription) -> AsyncIterator[AvailabilityUpdate]:
+        """The `UpdateSource` plugged into the gRPC `Watch` method."""
+        if self._loopback_only and not is_loopback(peer_host(subscription.peer)):
+            log.warning("refused Watch from %s: no secret, loopback only", subscription.peer)
+            return
+        wanted = frozenset(subscription.endpoints)
+        queue: asyncio.Queue[AvailabilityUpdate | None] = asyncio.Queue()
+        self._subscribers.add(queue)  # before reading the state: nothing falls in between
+        try:
+            for update in self._current(subscription.since_version):
+                if _wanted(update, wanted):
+                    yield update
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if _wanted(item, wanted):
+                    yield item
+        finally:
+            self._subscribers.discard(queue)
+
+    def close(self) -> None:
+        """End every stream."""
+        for queue in self._subscribers:
+            queue.put_nowait(None)
+        self._subscribers.clear()
+
+
+def _wanted(update: AvailabilityUpdate, wanted: frozenset[str]) -> bool:
+    return not wanted or f"{update.endpoint.method} {update.endpoint.template}" in wanted
+
+
+Receiver = Callable[[AvailabilityUpdate, str], None]
+"""Gets each update received from a peer, with the peer's address."""
+
+
+class PeerWatchers:
+    """Our subscriptions to other sidecars' `Watch` streams, one task per peer address."""
+
+    def __init__(
+        self,
+        service: str,
+        receive: Receiver,
+        *,
+        loopback_only: bool,
+        on_malformed: Callable[[], None] | None = None,
+    ) -> None:
+        self.service = service
+        self._receive = receive
+        self._loopback_only = loopback_only
+        self._on_malformed = on_malformed
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.connected: set[str] = set()
+        self.reconnects = 0
+
+    @property
+    def peers(self) -> list[str]:
+        """Addresses we subscribe to."""
+        return sorted(self._tasks)
+
+    def ensure(self, address: str) -> bool:
+        """Subscribe to the sidecar at `address` unless already done; True when new."""
+        if address in self._tasks:
+            return False
+        host = address.rpartition(":")[0].strip("[]")
+        if self._loopback_only and not is_loopback(host):
+            return False  # without a secret, peers are trusted on loopback only
+        if len(self._tasks) >= _MAX_PEERS:
+            return False
+        self._tasks[address] = asyncio.get_running_loop().create_task(self._follow(address))
+        return True
+
+    async def _follow(self, address: str) -> None:
+        """Stay subscribed: reconnect with jittered backoff, resume from the last version."""
+        from cascadebreaker.sidecar.grpc_client import watch_updates
+
+        since = 0
+        delay = _BACKOFF_FIRST
+        while True:
+            channel = grpc.aio.insecure_channel(address)
+            try:
+                stream = watch_updates(channel, self.service, (), since, on_malformed=self._bad)
+                async for update in stream:
+                    if address not in self.connected:
+                        self.connected.add(address)
+                    delay = _BACKOFF_FIRST
+                    since = max(since, update.version)
+                    self._receive(update, address)
+                # The server ended the stream (it is shutting down or cut us off): reconnect.
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as exc:
+                log.debug("Watch %s: %s", address, exc.code())
+            except Exception:
+                log.exception("Watch %s failed", address)
+            finally:
+                self.connected.discard(address)
+                await channel.close(None)
+            self.reconnects += 1
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, _BACKOFF_MAX)
+
+    def _bad(self, message: object, error: Exception) -> None:
+        if self._on_malformed is not None:
+            self._on_malformed()
+
+    def close(self) -> None:
+        """Cancel every subscription."""
+        for task in self._tasks.values():
+            task.cancel()
+        self._tasks.clear()
