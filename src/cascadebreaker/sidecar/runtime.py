@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cascadebreaker import CircuitBreaker, CircuitOpenError, MemoryStore
+from cascadebreaker.sidecar.cascade_hook import install_cascade
 from cascadebreaker.sidecar.config import SidecarConfig, UpstreamConfig
 from cascadebreaker.sidecar.hooks import (
     Direction,
@@ -106,8 +107,12 @@ class SidecarRuntime:
         self.route_resolver: RouteResolver = default_route_resolver
         # Extra admin endpoints by path (e.g. the cascade's "/availability").
         self.admin_routes: dict[str, AdminRoute] = {}
+        # Extra /status sections and Prometheus collectors (the cascade adds its own).
+        self.status_sections: dict[str, Callable[[], Any]] = {}
+        self.collectors: list[Any] = []
         self.started_at = time.time()
         self.ready = False
+        self.cascade = install_cascade(self)  # None with `cascade: {enabled: false}`
 
     def breaker(self, upstream: str) -> CircuitBreaker:
         """The breaker of an upstream (UnknownUpstream when not configured)."""
@@ -166,6 +171,8 @@ class SidecarRuntime:
             if rejection is not None:
                 route.stats.count("rejected")
                 raise CallRejected(upstream, rejection)
+            if info.reroute is not None and info.reroute in self.routes:
+                upstream, route = info.reroute, self.routes[info.reroute]
             if info.add_headers:
                 headers = [
                     *(headers.items() if isinstance(headers, Mapping) else headers),
@@ -197,6 +204,9 @@ class SidecarRuntime:
         route.stats.count("failure_status" if failed else "success")
         route.stats.observe(self.loop.time() - started)
         if info is not None:
+            info.response_headers = [
+                (n.encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
+            ]
             self.hooks.on_response(info, response.status, "failure" if failed else "success")
         return response
 
@@ -218,10 +228,13 @@ class SidecarRuntime:
             "store": "memory" if self.config.store == "memory" else "redis",
             "breakers": breakers,
             "inbound": inbound,
+            **{name: section() for name, section in self.status_sections.items()},
         }
 
     def close(self) -> None:
         """Close every upstream connection."""
+        if self.cascade is not None:
+            self.cascade.close()
         self.client.close()
         if self.app_route is not None:
             self.app_route.pool.close()
