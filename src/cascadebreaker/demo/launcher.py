@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,7 @@ class ManagedProcess:
     argv: list[str]
     health_url: str
     log_path: Path
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # added to the launcher's
     popen: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
@@ -59,7 +61,7 @@ class ManagedProcess:
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 self.argv,
-                env=_child_env(),
+                env={**_child_env(), **self.env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -110,6 +112,7 @@ class DemoSystem:
     topology: Topology
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ccb-demo-")))
     keep_workdir: bool = False
+    secret: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
 
     @classmethod
@@ -175,6 +178,8 @@ class DemoSystem:
                     ],
                     f"{spec.admin_url}/healthz",
                     self.workdir / f"{name}-sidecar.log",
+                    # One secret per demo run: cascade updates between the sidecars are signed.
+                    {"CCB_SECRET": self.secret},
                 )
         for process in self.processes.values():
             process.spawn()
