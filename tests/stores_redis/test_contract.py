@@ -13,14 +13,21 @@ from typing import Any
 
 import pytest
 
-from cascadebreaker import CircuitBreaker, CircuitOpenError, FallbackReason, State
+from cascadebreaker import (
+    CircuitBreaker,
+    CircuitOpenError,
+    ExponentialBackoff,
+    FallbackReason,
+    State,
+)
 from cascadebreaker.events import TransitionEvent
 from cascadebreaker.permit import Permit
 
 from .conftest import StorePair, eventually
 
 pytestmark = pytest.mark.redis
-RECOVERY = 0.2
+RECOVERY = 0.2  # for tests that wait out the open state
+LONG = 30.0  # for tests that must see it rejecting, however slow the machine
 
 
 class Boom(RuntimeError):
@@ -71,12 +78,6 @@ def test_closed_open_half_open_closed(store_pair: StorePair) -> None:
     trip(a)
     assert a.state is State.OPEN
     eventually(lambda: b.state is State.OPEN, what="the trip reaches the other breaker")
-    with pytest.raises(CircuitOpenError) as rejected:
-        b.call(lambda: "not run")
-    assert rejected.value.name == "upstream"
-    assert rejected.value.state is State.OPEN
-    assert 0.0 < rejected.value.retry_after <= RECOVERY
-
     probe = acquire_when_admitted(b)
     assert probe.probe
     assert b.state is State.HALF_OPEN
@@ -87,8 +88,26 @@ def test_closed_open_half_open_closed(store_pair: StorePair) -> None:
     assert b.call(lambda: 42) == 42
 
 
+def test_open_rejects_naming_breaker_state_and_wait(store_pair: StorePair) -> None:
+    a, b = pair(store_pair, recovery_timeout=LONG)
+    trip(a)
+    eventually(lambda: b.state is State.OPEN, what="the trip reaches the other breaker")
+    ran: list[bool] = []
+    with pytest.raises(CircuitOpenError) as rejected:
+        b.call(lambda: ran.append(True))
+    assert not ran
+    assert rejected.value.name == "upstream"
+    assert rejected.value.state is State.OPEN
+    assert 0.0 < rejected.value.retry_after <= LONG
+    assert 0.0 < b.retry_after <= LONG
+
+
 def test_probe_failure_reopens(store_pair: StorePair) -> None:
-    a, b = pair(store_pair)
+    # The first opening is short so the probe comes soon; the second is long.
+    backoff = ExponentialBackoff(
+        initial=RECOVERY, maximum=LONG, multiplier=LONG / RECOVERY, jitter=0
+    )
+    a, b = pair(store_pair, backoff=backoff)
     trip(a)
     probe = acquire_when_admitted(a)
     probe.failure(Boom("still down"))
@@ -116,7 +135,7 @@ def test_probe_budget_is_shared(store_pair: StorePair) -> None:
 
 
 def test_failures_count_across_sharers(store_pair: StorePair) -> None:
-    a, b = pair(store_pair, failure_threshold=2)
+    a, b = pair(store_pair, failure_threshold=2, recovery_timeout=LONG)
     with pytest.raises(Boom):
         a.call(boom)
     with pytest.raises(Boom):
@@ -127,7 +146,7 @@ def test_failures_count_across_sharers(store_pair: StorePair) -> None:
 
 
 def test_fallbacks(store_pair: StorePair) -> None:
-    a, b = pair(store_pair)
+    a, b = pair(store_pair, recovery_timeout=LONG)
     reasons: list[FallbackReason] = []
 
     def fallback(reason: FallbackReason) -> str:
@@ -152,7 +171,7 @@ def test_null_result_is_not_degraded(store_pair: StorePair) -> None:
 
 
 def test_manual_control_propagates(store_pair: StorePair) -> None:
-    a, b = pair(store_pair)
+    a, b = pair(store_pair, recovery_timeout=LONG)
     a.force_open()
     eventually(lambda: b.state is State.OPEN, what="b sees force_open")
     with pytest.raises(CircuitOpenError) as rejected:
@@ -193,8 +212,6 @@ async def test_async_calls(store_pair: StorePair) -> None:
     while b.state is not State.OPEN:
         assert asyncio.get_running_loop().time() < deadline, "b sees the trip"
         await asyncio.sleep(0.002)
-    with pytest.raises(CircuitOpenError):
-        await b.acall(aok)
     while True:  # wait out the open period, then the probe closes the circuit
         try:
             assert await b.acall(aok) == "ok"
@@ -205,3 +222,23 @@ async def test_async_calls(store_pair: StorePair) -> None:
     while a.state is not State.CLOSED:
         assert asyncio.get_running_loop().time() < deadline + 2 * RECOVERY, "a sees the close"
         await asyncio.sleep(0.002)
+
+
+async def test_async_rejection_and_fallback(store_pair: StorePair) -> None:
+    a, b = pair(store_pair, recovery_timeout=LONG)
+
+    async def afail() -> None:
+        raise Boom("async upstream down")
+
+    async def afallback(reason: FallbackReason) -> str:
+        return f"fallback while {reason.state.value}"
+
+    for _ in range(2):
+        with pytest.raises(Boom):
+            await a.acall(afail)
+    async with asyncio.timeout(5.0):
+        while b.state is not State.OPEN:  # noqa: ASYNC110 - set by another thread; poll it
+            await asyncio.sleep(0.002)
+    with pytest.raises(CircuitOpenError):
+        await b.acall(afail)
+    assert await b.acall(afail, fallback=afallback) == "fallback while OPEN"

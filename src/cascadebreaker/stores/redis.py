@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from ..core.config import BreakerConfig
-from ..core.state import Outcome
+from ..core.state import Mode, Outcome, State
 from .base import Clock
 from .redis_scripts import RemoteState, load_sources
 from .redis_slot import RedisSlot
@@ -337,21 +337,28 @@ class RedisStore:
 
     def _resync(self, slot: RedisSlot) -> None:
         """Adopt the shared state, pushing first what the fleet missed while we were cut off."""
-        if slot.pending_control is not None:
-            slot.apply(RemoteState.from_reply(self._run("control", slot, (slot.pending_control,))))
-            slot.pending_control = None
-        remote = RemoteState.from_reply(self._run("read", slot, ()))
-        m = slot.machine
-        local_open = m.visible_state is not m.state.CLOSED
-        if remote.state is remote.state.CLOSED and (
-            slot.pending_trip or (remote.fresh and local_open)
-        ):
-            # A trip the fleet never heard of (or a state Redis lost) is fresh news: push it.
-            wait = max(0.0, m.open_until - slot.clock()) if m.state is m.state.OPEN else 0.0
-            reason = m.reason or "tripped while Redis was unreachable"
-            remote = RemoteState.from_reply(self._run("trip", slot, (0, _ms(wait), reason, 1)))
-        slot.pending_trip = False
-        slot.apply(remote, force=True)
+        control, slot.pending_control = slot.pending_control, None
+        pending_trip, slot.pending_trip = slot.pending_trip, False
+        try:
+            if control is not None:
+                slot.apply(RemoteState.from_reply(self._run("control", slot, (control,))))
+                control = None
+            m = slot.machine
+            before = m.version
+            remote = RemoteState.from_reply(self._run("read", slot, ()))
+            local_open = m.mode is Mode.NORMAL and m.state is not State.CLOSED
+            if remote.state is State.CLOSED and (pending_trip or (remote.fresh and local_open)):
+                # A trip the fleet never heard of (or a state Redis lost) is fresh news: push it.
+                wait = max(0.0, m.open_until - slot.clock()) if m.state is State.OPEN else 0.0
+                reason = m.reason or "tripped while Redis was unreachable"
+                remote = RemoteState.from_reply(self._run("trip", slot, (0, _ms(wait), reason, 1)))
+            pending_trip = False
+            slot.apply(remote, resync_from=before)
+        except REDIS_ERRORS:
+            # Still cut off: keep what was not delivered for the next attempt.
+            slot.pending_control = slot.pending_control or control
+            slot.pending_trip = slot.pending_trip or pending_trip
+            raise
 
     def _mark_offline(self, exc: BaseException) -> None:
         if self.online:

@@ -171,14 +171,15 @@ class RedisSlot(BreakerSlot):
 
     # -- adopting the shared state -----------------------------------------------------------
 
-    def apply(self, remote: RemoteState, force: bool = False) -> None:
-        """Adopt `remote` if it is newer than the last version adopted."""
+    def apply(self, remote: RemoteState, resync_from: int | None = None) -> None:
+        """Adopt `remote` if it is newer than the last version adopted. A resync passes the local
+        machine's version from before its read: an equal version is then re-applied too (the local
+        view may have moved on its own during an outage), unless the machine moved meanwhile."""
         with self.lock:
             if remote.fails is not None:
                 self.shared_dirty = remote.fails > 0
             known = self.remote_version
-            # Never step back to an older version; an equal one is re-applied when resyncing
-            # (the local view may have moved on its own during an outage).
+            force = resync_from is not None and resync_from == self.machine.version
             if remote.version < known or (remote.version == known and not force):
                 return
             transitions = self._adopt_locked(remote)
