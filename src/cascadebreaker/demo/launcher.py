@@ -53,7 +53,7 @@ class ManagedProcess:
     argv: list[str]
     health_url: str
     log_path: Path
-    env: dict[str, str] = field(default_factory=dict, repr=False)  # added to the launcher's
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # extra variables
     popen: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
