@@ -34,6 +34,7 @@ class UpstreamState:
     """What the upstream saw, and gates a test can open."""
 
     requests: list[dict[str, Any]] = field(default_factory=list)
+    upload_chunks: list[bytes] = field(default_factory=list)
     in_flight: int = 0
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -68,8 +69,23 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _upload(self) -> None:
+        """Read a chunked body piece by piece, noting each piece as it arrives."""
+        state = self.server.state
+        while True:
+            size = int(self.rfile.readline().split(b";")[0], 16)
+            if size == 0:
+                self.rfile.readline()
+                break
+            state.upload_chunks.append(self.rfile.read(size))
+            self.rfile.readline()
+        self._send(200, b"%d pieces" % len(state.upload_chunks))
+
     def _handle(self) -> None:
         state = self.server.state
+        if self.path == "/upload":
+            self._upload()
+            return
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         body = self._body()

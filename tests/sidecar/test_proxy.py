@@ -4,21 +4,53 @@ from __future__ import annotations
 
 import json
 import socket
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import requests
 
-from .conftest import SidecarProcess, Upstream
+from .conftest import SidecarProcess, Upstream, start_sidecar, start_upstream
 
 
-@pytest.fixture
-def sidecar(sidecar_factory: Any, upstream: Upstream) -> SidecarProcess:
-    """One sidecar whose `payment` upstream and local app are the test upstream."""
-    result: SidecarProcess = sidecar_factory(
-        {"payment": {"url": upstream.url, "timeout": 5}}, app=upstream.url
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    """One upstream for the module (its record is cleared before each test)."""
+    up = start_upstream()
+    yield up
+    up.state.release.set()
+    up.server.shutdown()
+    up.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_upstream_record(upstream: Upstream) -> None:
+    upstream.state.requests.clear()
+    upstream.state.upload_chunks.clear()
+    upstream.state.release.clear()
+
+
+@pytest.fixture(scope="module")
+def sidecar(
+    upstream: Upstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SidecarProcess]:
+    """One sidecar for the module: `payment` and the local app are the test upstream."""
+    process = start_sidecar(
+        tmp_path_factory.mktemp("proxy"),
+        {"payment": {"url": upstream.url, "timeout": 5}},
+        app=upstream.url,
     )
+    yield process
+    process.stop()
+    if process.process.stderr is not None:
+        process.process.stderr.close()
+
+
+def calls(sidecar: SidecarProcess, upstream: str = "payment") -> dict[str, int]:
+    """The sidecar's call counts for an upstream."""
+    result: dict[str, int] = sidecar.status()["breakers"][upstream]["calls"]
     return result
 
 
@@ -129,11 +161,12 @@ def test_head_request_keeps_content_length(sidecar: SidecarProcess) -> None:
 
 
 def test_keep_alive_connection_serves_many_requests(sidecar: SidecarProcess) -> None:
+    before = calls(sidecar)["success"]
     with httpx.Client() as client:
         for i in range(20):
             assert client.get(sidecar.url("outbound") + f"/payment/n/{i}").text == f"ok /n/{i}"
     status = sidecar.status()
-    assert status["breakers"]["payment"]["calls"]["success"] == 20
+    assert status["breakers"]["payment"]["calls"]["success"] == before + 20
     assert status["breakers"]["payment"]["connections"]["open"] >= 1
 
 
@@ -176,17 +209,18 @@ def test_inbound_forwards_to_the_app_with_forwarded_for(
     assert response.text == "ok /orders/42/items"
     seen = dict(upstream.state.requests[-1]["headers"])
     assert seen["x-forwarded-for"] == "127.0.0.1"
-    assert sidecar.status()["inbound"]["success"] == 1
+    assert sidecar.status()["inbound"]["success"] >= 1
 
 
 def test_upstream_error_status_passes_through(sidecar: SidecarProcess) -> None:
+    before = calls(sidecar)
     response = httpx.get(sidecar.url("outbound") + "/payment/status/418")
     assert response.status_code == 418
     response = httpx.get(sidecar.url("outbound") + "/payment/status/500")
     assert response.status_code == 500
-    calls = sidecar.status()["breakers"]["payment"]["calls"]
-    assert calls["success"] == 1  # 4xx is not a failure by default
-    assert calls["failure_status"] == 1
+    after = calls(sidecar)
+    assert after["success"] == before["success"] + 1  # 4xx is not a failure by default
+    assert after["failure_status"] == before["failure_status"] + 1
 
 
 def test_admin_endpoints(sidecar: SidecarProcess) -> None:
@@ -199,9 +233,32 @@ def test_admin_endpoints(sidecar: SidecarProcess) -> None:
     assert status["breakers"]["payment"]["state"] == "closed"
     metrics = httpx.get(admin + "/metrics").text
     success = 'ccb_sidecar_calls_total{direction="outbound",outcome="success",upstream="payment"}'
-    assert f"{success} 1.0" in metrics
+    assert f"{success} {float(calls(sidecar)['success'])}" in metrics
     assert 'ccb_sidecar_breaker_state{state="closed",upstream="payment"} 1.0' in metrics
     assert "ccb_sidecar_rejections_total" in metrics
     assert "ccb_sidecar_call_duration_seconds_bucket" in metrics
     assert httpx.get(admin + "/nope").status_code == 404
     json.loads(httpx.get(admin + "/status").content)
+
+
+def test_chunked_request_reaches_the_upstream_before_it_ends(
+    sidecar: SidecarProcess, upstream: Upstream
+) -> None:
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=10) as sock:
+        sock.sendall(
+            b"POST /payment/upload HTTP/1.1\r\nhost: x\r\n"
+            b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n5\r\nfirst\r\n"
+        )
+        deadline = time.monotonic() + 10
+        while not upstream.state.upload_chunks:
+            assert time.monotonic() < deadline, "the first piece never reached the upstream"
+            time.sleep(0.01)
+        # The upstream holds the first piece while the client has not finished: streamed.
+        assert upstream.state.upload_chunks == [b"first"]
+        sock.sendall(b"6\r\nsecond\r\n0\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200")
+    assert data.endswith(b"2 pieces")
+    assert upstream.state.upload_chunks == [b"first", b"second"]
