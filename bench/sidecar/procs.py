@@ -181,12 +181,10 @@ def start_upstream(workdir: Path) -> Proc:
     return start_nginx("upstream", workdir, _NGINX_UPSTREAM.format(port=port, body=body), port)
 
 
-def start_nginx_proxy(workdir: Path, upstream: int) -> Proc:
+def start_nginx_proxy(workdir: Path, upstream: int, name: str = "nginx-proxy") -> Proc:
     """nginx as a reverse proxy with a keep-alive pool to the upstream (the peer to beat)."""
     port = free_port()
-    return start_nginx(
-        "nginx-proxy", workdir, _NGINX_PROXY.format(port=port, upstream=upstream), port
-    )
+    return start_nginx(name, workdir, _NGINX_PROXY.format(port=port, upstream=upstream), port)
 
 
 def start_aiohttp_proxy(workdir: Path, upstream: int) -> Proc:

@@ -5,7 +5,8 @@
 
 One fixed upstream (nginx answering a 13-byte body) behind: nothing (direct); the sidecar's
 outbound listener; a client sidecar + a server sidecar (outbound -> inbound -> app, the mesh
-shape); nginx as a reverse proxy; a minimal aiohttp reverse proxy. wrk (one thread) drives each
+shape); nginx as a reverse proxy, and two of them in a row (the pair's peer); a minimal aiohttp
+reverse proxy. wrk (one thread) drives each
 at 1 and 16 connections; a fixed-rate client drives 1000 rps; a grpcio client drives the gRPC
 `Call` path. Rounds are interleaved (every cell once per round) so a noisy neighbour hurts all
 cells alike; each number is the median over rounds. CPU seconds come from /proc per process.
@@ -113,11 +114,16 @@ def start_processes(workdir: Path, notes: list[str]) -> tuple[dict[str, Proc], l
         workdir, f"http://127.0.0.1:{server.port}", "sidecar-client"
     )
     nginx = started["nginx-proxy"] = procs.start_nginx_proxy(workdir, up.port)
+    # The mesh shape with nginx at both ends: the peer of the sidecar pair.
+    nginx_front = started["nginx-front"] = procs.start_nginx_proxy(
+        workdir, nginx.port, "nginx-front"
+    )
     scenarios = [
         Scenario("direct", 0, up.port, "/", []),
         Scenario("sidecar (outbound)", 1, out.port, "/payment/", [out]),
         Scenario("sidecar pair", 2, pair.port, "/payment/", [pair, server]),
         Scenario("nginx proxy", 1, nginx.port, "/", [nginx]),
+        Scenario("nginx pair", 2, nginx_front.port, "/", [nginx_front, nginx]),
     ]
     try:
         aio = started["aiohttp-proxy"] = procs.start_aiohttp_proxy(workdir, up.port)
