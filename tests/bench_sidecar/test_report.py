@@ -18,7 +18,14 @@ def _sample(p50: float, p90: float, p99: float, rps: float, cpu: float = 0.0) ->
 
 
 def _report() -> Report:
-    report = Report(scenarios=[("direct", 0, []), ("sidecar (outbound)", 1, ["sidecar"])])
+    report = Report(
+        scenarios=[
+            ("direct", 0, []),
+            ("sidecar (outbound)", 1, ["sidecar"]),
+            ("nginx proxy", 1, ["nginx-proxy"]),
+        ]
+    )
+    report.wrk[("nginx proxy", 1)] = Cell([_sample(45, 50, 150, 20_000)])
     report.wrk[("direct", 1)] = Cell([_sample(20, 30, 100, 40_000)])
     report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(70, 90, 300, 10_000, cpu=0.05)])
     report.wrk[("direct", 16)] = Cell([_sample(200, 300, 900, 60_000)])
@@ -30,7 +37,7 @@ def _report() -> Report:
 def test_targets_say_met_or_missed_by_how_much() -> None:
     """50 µs added p50 meets 60 µs; 0.8x meets 0.7x; unmeasured targets say so."""
     verdicts = {
-        what.split(":")[0]: (measured, verdict) for what, measured, verdict in targets(_report())
+        what.split(":")[0]: (measured, verdict) for what, measured, verdict, _ in targets(_report())
     }
     assert verdicts["added p50 per sidecar hop, 1 conn"] == ("50 µs", "met")
     assert verdicts["added p99 per sidecar hop, 1 conn"] == ("200 µs", "met")
@@ -39,11 +46,18 @@ def test_targets_say_met_or_missed_by_how_much() -> None:
     assert verdicts["sidecar pair at 1000 rps, added p90"] == ("not measured", "-")
 
 
+def test_targets_show_nginx_by_the_same_measure() -> None:
+    """The peer column: nginx's added p50 per hop next to the sidecar's."""
+    peers = {what.split(":")[0]: peer for what, _, _, peer in targets(_report())}
+    assert peers["added p50 per sidecar hop, 1 conn"] == "25 µs"
+    assert peers["peak RSS per sidecar"] == "-"
+
+
 def test_a_missed_target_names_the_gap() -> None:
     """A 200 µs hop at p50 misses 60 µs by 140 µs."""
     report = _report()
     report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(220, 300, 400, 5_000)])
-    verdicts = {what.split(":")[0]: verdict for what, _, verdict in targets(report)}
+    verdicts = {what.split(":")[0]: verdict for what, _, verdict, _ in targets(report)}
     assert verdicts["added p50 per sidecar hop, 1 conn"] == "MISSED by 140 µs"
 
 
