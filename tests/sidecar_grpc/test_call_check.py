@@ -10,6 +10,7 @@ import pytest
 
 from cascadebreaker import State
 from cascadebreaker.sidecar.grpc_api import REJECTION_METADATA, UPSTREAM_ERROR_METADATA
+from cascadebreaker.sidecar.grpc_messages import FOREVER_MS
 from cascadebreaker.sidecar.hooks import Rejection, RequestInfo
 from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
 
@@ -127,6 +128,7 @@ async def test_check_after_reset_is_available_again(grpc_sidecar: GrpcSidecar) -
     breaker.force_open()
     forced = await grpc_sidecar.stub.Check(pb.CheckRequest(upstream="payment"))
     assert not forced.available
+    assert forced.retry_after_ms == FOREVER_MS  # only an operator's reset closes it
     breaker.reset()
     check = await grpc_sidecar.stub.Check(pb.CheckRequest(upstream="payment"))
     assert check.available
