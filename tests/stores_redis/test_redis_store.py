@@ -99,9 +99,9 @@ def test_a_late_write_never_overwrites_a_newer_state(redis_stores: MakeStore) ->
     eventually(lambda: shared(store).get("state") == "CLOSED")
     newer = int(shared(store)["version"])
     # A trip decided under an older version, and a probe result from an older round, are no-ops.
-    trip = RemoteState.from_reply(store._run("trip", slot, (stale, 1000, "late", 0)))
+    trip = RemoteState.from_reply(store.run("trip", slot, (stale, 1000, "late", 0)))
     assert trip.state is State.CLOSED and trip.version == newer
-    probe = RemoteState.from_reply(store._run("probe", slot, (stale, "S", 1, 1000)))
+    probe = RemoteState.from_reply(store.run("probe", slot, (stale, "S", 1, 1000)))
     assert probe.state is State.CLOSED and probe.version == newer
 
 
@@ -159,6 +159,7 @@ def test_unreachable_redis_never_raises_and_logs_once(
         ("probe_lease", 0),
         ("half_open_poll", 0),
         ("socket_timeout", 0),
+        ("heartbeat", 0),
         ("max_pending", 0),
     ],
 )
@@ -180,3 +181,21 @@ def test_malformed_messages_are_ignored(redis_stores: MakeStore) -> None:
     store_a.client.publish(store_a.channel, b'{"n": "upstream", "s": "SIDEWAYS"}')
     fail(a)
     eventually(lambda: b.state is State.OPEN, what="later messages still arrive")
+
+
+def test_a_silent_redis_is_noticed_by_the_heartbeat(own_redis_server: Any, namespace: str) -> None:
+    # No calls, so nothing but the subscription's PING can notice that Redis stopped answering.
+    import signal
+
+    store = RedisStore.from_url(own_redis_server.url, namespace=namespace, heartbeat=0.2)
+    try:
+        assert store.wait_ready()
+        CircuitBreaker("upstream", store=store)
+        own_redis_server.process.send_signal(signal.SIGSTOP)
+        try:
+            eventually(lambda: not store.online, what="the heartbeat notices")
+        finally:
+            own_redis_server.process.send_signal(signal.SIGCONT)
+        eventually(lambda: store.online, what="and recovers once Redis answers again")
+    finally:
+        store.close()

@@ -21,13 +21,14 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from ..core.config import BreakerConfig
-from ..core.state import Mode, Outcome, State
+from ..core.state import Outcome
 from .base import Clock
-from .redis_scripts import RemoteState, load_sources
+from .redis_scripts import RemoteState, load_sources, ms
 from .redis_slot import RedisSlot
 
 log = logging.getLogger("cascadebreaker.redis")
@@ -54,6 +55,7 @@ class RedisStore:
         half_open_poll: float = 0.05,
         max_pending: int = 10_000,
         socket_timeout: float = 0.25,
+        heartbeat: float = 5.0,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"namespace must be a non-empty string, got {namespace!r}")
@@ -62,6 +64,7 @@ class RedisStore:
             ("flush_interval", flush_interval),
             ("half_open_poll", half_open_poll),
             ("socket_timeout", socket_timeout),
+            ("heartbeat", heartbeat),
         ):
             if not value > 0:
                 raise ValueError(f"{setting} must be > 0, got {value!r}")
@@ -85,6 +88,7 @@ class RedisStore:
         self.probe_lease = probe_lease
         self.half_open_poll = half_open_poll
         self.max_pending = max_pending
+        self.heartbeat = heartbeat  # silence on the subscription before a PING checks it
         self.dropped = 0  # background messages dropped (queue full, or Redis down)
         self.online = True
         self._scripts = {
@@ -142,7 +146,7 @@ class RedisStore:
             slot = self._slots[name] = RedisSlot(self, name, config, clock)
         if self.online:
             try:
-                self._resync(slot)
+                slot.resync()
             except REDIS_ERRORS as exc:
                 self._mark_offline(exc)
         return slot
@@ -176,8 +180,8 @@ class RedisStore:
         lease = self.probe_lease or max(10.0, c.backoff.delay(1, 0.5))
         cap = c.max_half_open_time or 0.0
         try:
-            reply = self._run(
-                "admit", slot, (c.half_open_max_calls, _ms(lease), _ms(cap), _ms(slot.next_wait()))
+            reply = self.run(
+                "admit", slot, (c.half_open_max_calls, ms(lease), ms(cap), ms(slot.next_wait()))
             )
         except REDIS_ERRORS as exc:
             self._mark_offline(exc)
@@ -186,12 +190,12 @@ class RedisStore:
 
     def send_trip(self, slot: RedisSlot, reason: str) -> None:
         """Queue a local trip for immediate push."""
-        self._urgent_op(("trip", slot, (slot.remote_version, _ms(slot.next_wait()), reason, 0)))
+        self._urgent_op(("trip", slot, (slot.remote_version, ms(slot.next_wait()), reason, 0)))
 
     def send_probe(self, slot: RedisSlot, round_version: int, outcome: Outcome) -> None:
         """Queue a probe outcome for immediate push."""
         c = slot.config
-        args = (round_version, _OUTCOME_CODES[outcome], c.success_threshold, _ms(slot.next_wait()))
+        args = (round_version, _OUTCOME_CODES[outcome], c.success_threshold, ms(slot.next_wait()))
         self._urgent_op(("probe", slot, args))
 
     def send_control(self, slot: RedisSlot, action: str) -> None:
@@ -199,7 +203,7 @@ class RedisStore:
         shared state can flicker back); kept for the resync when Redis is unreachable."""
         if self.online:
             try:
-                slot.apply(RemoteState.from_reply(self._run("control", slot, (action,))))
+                slot.apply(RemoteState.from_reply(self.run("control", slot, (action,))))
                 return
             except REDIS_ERRORS as exc:
                 self._mark_offline(exc)
@@ -221,7 +225,8 @@ class RedisStore:
             self._urgent.append(op)
             self._cond.notify()
 
-    def _run(self, script: str, slot: RedisSlot, args: tuple[Any, ...]) -> Any:
+    def run(self, script: str, slot: RedisSlot, args: tuple[Any, ...]) -> Any:
+        """Run one script for `slot` now; Redis errors propagate to the caller (the store)."""
         base = (slot.name, self.channel, self.key_ttl_ms)
         return self._scripts[script](keys=[slot.key], args=[*base, *args])
 
@@ -256,7 +261,7 @@ class RedisStore:
             report = slot.take_report()
             if report is not None:
                 lead, had, tail, seen = report
-                wait = _ms(slot.next_wait())
+                wait = ms(slot.next_wait())
                 ops.append(("report", slot, (lead, int(had), tail, slot.threshold, wait, seen)))
         if not ops:
             return
@@ -289,28 +294,45 @@ class RedisStore:
     # -- the subscriber ----------------------------------------------------------------------
 
     def _subscribe_loop(self) -> None:
-        pubsub: Any = None
         delay = 0.05
         while not self._closed:
+            pubsub: Any = None
             try:
-                if pubsub is None:
-                    pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-                    pubsub.subscribe(self.channel)
-                    self._recover()
-                    delay = 0.05
-                    self._subscribed.set()
-                message = pubsub.get_message(timeout=0.2)
-                if message is not None and message.get("type") == "message":
-                    self._on_message(message["data"])
-                elif not self.online:
-                    self._recover()  # the flusher saw an error but our connection is fine
+                pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub.subscribe(self.channel)
+                self._recover()  # messages may have been missed while not subscribed
+                self._subscribed.set()
+                delay = 0.05
+                self._listen(pubsub)
             except REDIS_ERRORS as exc:
                 self._mark_offline(exc)
+            except Exception:  # a bug must not leave every local view stale for good
+                log.exception("cascadebreaker: Redis subscriber failed; reconnecting")
+            finally:
                 _close_quietly(pubsub)
-                pubsub = None
+            if not self._closed:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
-        _close_quietly(pubsub)
+
+    def _listen(self, pubsub: Any) -> None:
+        """Apply messages until closed; raise when the subscription is lost."""
+        last_heard = time.monotonic()
+        ping_sent: float | None = None
+        while not self._closed:
+            message = pubsub.get_message(timeout=0.2)
+            now = time.monotonic()
+            if message is not None:
+                last_heard, ping_sent = now, None
+                if message.get("type") == "message":
+                    self._on_message(message["data"])
+            elif not self.online:
+                self._recover()  # the flusher saw an error but our connection is fine
+            elif ping_sent is not None and now - ping_sent > self.heartbeat:
+                # A silent network drop leaves the socket looking open: call it lost.
+                raise RedisConnectionError("no answer to PING on the subscription")
+            elif ping_sent is None and now - last_heard > self.heartbeat:
+                pubsub.ping()
+                ping_sent = now
 
     def _on_message(self, data: bytes | str) -> None:
         try:
@@ -328,37 +350,12 @@ class RedisStore:
     def _recover(self) -> None:
         """(Re)connected: bring every slot in line with Redis, then go online."""
         for slot in self._slots_snapshot():
-            self._resync(slot)
+            slot.resync()
         if not self.online:
             self.online = True
             log.warning(
                 "cascadebreaker: Redis reachable again; namespace %r resynchronised", self.namespace
             )
-
-    def _resync(self, slot: RedisSlot) -> None:
-        """Adopt the shared state, pushing first what the fleet missed while we were cut off."""
-        control, slot.pending_control = slot.pending_control, None
-        pending_trip, slot.pending_trip = slot.pending_trip, False
-        try:
-            if control is not None:
-                slot.apply(RemoteState.from_reply(self._run("control", slot, (control,))))
-                control = None
-            m = slot.machine
-            before = m.version
-            remote = RemoteState.from_reply(self._run("read", slot, ()))
-            local_open = m.mode is Mode.NORMAL and m.state is not State.CLOSED
-            if remote.state is State.CLOSED and (pending_trip or (remote.fresh and local_open)):
-                # A trip the fleet never heard of (or a state Redis lost) is fresh news: push it.
-                wait = max(0.0, m.open_until - slot.clock()) if m.state is State.OPEN else 0.0
-                reason = m.reason or "tripped while Redis was unreachable"
-                remote = RemoteState.from_reply(self._run("trip", slot, (0, _ms(wait), reason, 1)))
-            pending_trip = False
-            slot.apply(remote, resync_from=before)
-        except REDIS_ERRORS:
-            # Still cut off: keep what was not delivered for the next attempt.
-            slot.pending_control = slot.pending_control or control
-            slot.pending_trip = slot.pending_trip or pending_trip
-            raise
 
     def _mark_offline(self, exc: BaseException) -> None:
         if self.online:
@@ -384,10 +381,6 @@ def _restart_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_restart_after_fork)
-
-
-def _ms(seconds: float) -> int:
-    return max(0, int(seconds * 1000))
 
 
 def _close_quietly(pubsub: Any) -> None:

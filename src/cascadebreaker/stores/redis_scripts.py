@@ -66,5 +66,10 @@ class RemoteState:
         )
 
 
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds (never negative), the unit of the scripts."""
+    return max(0, int(seconds * 1000))
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -16,7 +16,7 @@ from ..core.config import BreakerConfig
 from ..core.policies import ConsecutiveFailures
 from ..core.state import Admission, Mode, Outcome, State, Transition
 from .base import BreakerSlot, Clock
-from .redis_scripts import RemoteState
+from .redis_scripts import RemoteState, ms
 
 if TYPE_CHECKING:
     from .redis import RedisStore
@@ -170,6 +170,33 @@ class RedisSlot(BreakerSlot):
         return self.config.backoff.delay(self.remote_opens + 1, self.machine.jitter())
 
     # -- adopting the shared state -----------------------------------------------------------
+
+    def resync(self) -> None:
+        """Adopt the shared state, pushing first what the fleet missed while we were cut off."""
+        control, self.pending_control = self.pending_control, None
+        pending_trip, self.pending_trip = self.pending_trip, False
+        try:
+            if control is not None:
+                self.apply(RemoteState.from_reply(self.store.run("control", self, (control,))))
+                control = None
+            m = self.machine
+            before = m.version
+            remote = RemoteState.from_reply(self.store.run("read", self, ()))
+            local_open = m.mode is Mode.NORMAL and m.state is not State.CLOSED
+            if remote.state is State.CLOSED and (pending_trip or (remote.fresh and local_open)):
+                # A trip the fleet never heard of (or a state Redis lost) is fresh news: push it.
+                wait = max(0.0, m.open_until - self.clock()) if m.state is State.OPEN else 0.0
+                reason = m.reason or "tripped while Redis was unreachable"
+                remote = RemoteState.from_reply(
+                    self.store.run("trip", self, (0, ms(wait), reason, 1))
+                )
+            pending_trip = False
+            self.apply(remote, resync_from=before)
+        except BaseException:
+            # Still cut off: keep what was not delivered for the next attempt.
+            self.pending_control = self.pending_control or control
+            self.pending_trip = self.pending_trip or pending_trip
+            raise
 
     def apply(self, remote: RemoteState, resync_from: int | None = None) -> None:
         """Adopt `remote` if it is newer than the last version adopted. A resync passes the local
