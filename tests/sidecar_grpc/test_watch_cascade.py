@@ -21,6 +21,7 @@ from cascadebreaker.cascade.updates import (
     verify_signature,
 )
 from cascadebreaker.sidecar.grpc_api import (
+    REJECTION_METADATA,
     AvailabilityView,
     UpdateSource,
     WatchSubscription,
@@ -32,7 +33,7 @@ from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
 from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
 from cascadebreaker.sidecar.runtime import SidecarRuntime
 
-from .conftest import free_port, sidecar_config
+from .conftest import GrpcSidecar, free_port, sidecar_config
 
 SECRET = b"test-secret"
 LEDGER = Endpoint("ledger", "POST", "/v1/entries")
@@ -183,3 +184,27 @@ async def test_check_reports_the_cascade_cause_chain(upstream_server: str) -> No
     ]
     assert other.available
     assert list(other.cause_chain) == []
+
+
+async def test_real_cascade_refuses_a_doomed_call(grpc_sidecar: GrpcSidecar) -> None:
+    """With the sidecar's own cascade told that payment's endpoint is down, Call is refused
+    before any upstream is touched, Check agrees, and other endpoints still work."""
+    table = grpc_sidecar.runtime.availability  # type: ignore[attr-defined]
+    assert table.receive(_unavailable_charges(version=1)).verdict is Verdict.ACCEPTED
+    stub = grpc_sidecar.stub
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Call(pb.CallRequest(upstream="payment", method="POST", path="/v1/charges"))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    trailers = dict(caught.value.trailing_metadata() or ())
+    rejection = pb.Rejection.FromString(trailers[REJECTION_METADATA])
+    assert rejection.reason == "cascade"
+    assert [(c.service, c.endpoint) for c in rejection.cause_chain] == [
+        ("ledger", "POST /v1/entries"),
+        ("payment", "POST /v1/charges"),
+    ]
+    assert rejection.retry_after_ms > 0
+    check = await stub.Check(pb.CheckRequest(upstream="payment", endpoint="POST /v1/charges"))
+    assert not check.available
+    ok = await stub.Call(pb.CallRequest(upstream="payment", method="GET", path="/v1/charges"))
+    assert ok.status == 200
+    assert grpc_sidecar.runtime.routes["payment"].stats.outcomes["success"] == 1
