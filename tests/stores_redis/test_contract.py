@@ -16,7 +16,9 @@ import pytest
 from cascadebreaker import (
     CircuitBreaker,
     CircuitOpenError,
+    CountWindow,
     ExponentialBackoff,
+    FailureRate,
     FallbackReason,
     State,
 )
@@ -143,6 +145,18 @@ def test_failures_count_across_sharers(store_pair: StorePair) -> None:
     eventually(
         lambda: a.state is State.OPEN and b.state is State.OPEN, what="one failure each trips"
     )
+
+
+def test_a_rate_policy_trip_reaches_every_sharer(store_pair: StorePair) -> None:
+    rate = FailureRate(window=CountWindow(10), rate=0.5, minimum_calls=4)
+    a, b = pair(store_pair, policy=rate, recovery_timeout=LONG)
+    for _ in range(2):
+        assert a.call(lambda: "ok") == "ok"
+    for _ in range(2):
+        with pytest.raises(Boom):
+            a.call(boom)
+    assert a.state is State.OPEN  # 2 of 4 calls failed
+    eventually(lambda: b.state is State.OPEN, what="b sees the rate trip")
 
 
 def test_fallbacks(store_pair: StorePair) -> None:
