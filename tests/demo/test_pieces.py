@@ -183,3 +183,39 @@ def test_unavailable_endpoints_read_from_a_sidecar_status() -> None:
         "order POST /v1/orders: courier * * (circuit open) -> shipping POST /v1/shipments"
     ]
     assert _unavailable({"breakers": {}}) == []
+
+
+def test_process_sample_reads_cpu_and_memory_of_live_processes() -> None:
+    import os
+
+    from cascadebreaker.demo.overhead import sample
+
+    busy = sum(i * i for i in range(200_000))  # spend a little CPU first
+    mine = sample([os.getpid()])
+
+    assert busy > 0
+    assert mine.cpu_s > 0
+    assert mine.rss_bytes > 1_000_000
+    assert sample([2**22 + 12345]) == type(mine)(0.0, 0)  # a vanished process counts as zero
+
+
+def test_overhead_summary_over_windows() -> None:
+    from cascadebreaker.demo.overhead import RateWindow, _added, summarize
+
+    windows = [
+        RateWindow(0.5, 1.0, 100 * 2**20, 10, [1.0, 2.0]),
+        RateWindow(1.5, 1.0, 120 * 2**20, 10, [3.0]),
+    ]
+    base = summarize(10.0, windows)
+
+    assert base["cpu_percent"] == 100.0
+    assert base["rss_mb"] == 120.0
+    assert base["mean_ms"] == 2.0
+    assert base["orders"] == 20
+    heavier = {**base, "mean_ms": 2.5, "cpu_percent": 110.0, "rss_mb": 132.0}
+    added = _added(base, heavier)
+    assert (added["mean_ms"], added["cpu_relative_pct"], added["rss_relative_pct"]) == (
+        0.5,
+        10.0,
+        10.0,
+    )

@@ -10,11 +10,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from cascadebreaker.demo.launcher import DemoSystem
 from cascadebreaker.demo.load import percentile, run_load
-from cascadebreaker.demo.observe import reset_stats
 from cascadebreaker.demo.topology import Mode, Timings
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -48,27 +45,64 @@ def sample(pids: Iterable[int]) -> ProcessSample:
     return ProcessSample(cpu, rss)
 
 
-async def measure_rate(system: DemoSystem, rate: float, seconds: float) -> dict[str, Any]:
-    """Healthy load at `rate` orders/s: CPU % and RSS of all processes, latency of orders."""
-    url = system.topology.public_url
+@dataclass
+class RateWindow:
+    """What one measured window of load produced."""
+
+    cpu_s: float
+    elapsed_s: float
+    rss_bytes: int
+    orders: int
+    ok_ms: list[float]
+
+
+async def measure_window(system: DemoSystem, rate: float, seconds: float) -> RateWindow:
+    """Healthy load at `rate` orders/s for `seconds`: CPU and RSS of all processes, latencies."""
     pids = list(system.pids().values())
-    async with httpx.AsyncClient(trust_env=False) as client:
-        await reset_stats(system.topology, client)
-    await run_load(url, rate=rate, duration=min(2.0, seconds / 3))  # warm pools and caches
     before, t0 = sample(pids), time.monotonic()
-    report = await run_load(url, rate=rate, duration=seconds)
+    report = await run_load(system.topology.public_url, rate=rate, duration=seconds)
     after, elapsed = sample(pids), time.monotonic() - t0
-    ok_ms = report.latencies_ms("ok")
+    return RateWindow(
+        after.cpu_s - before.cpu_s,
+        elapsed,
+        after.rss_bytes,
+        len(report.results),
+        report.latencies_ms("ok"),
+    )
+
+
+def summarize(rate: float, windows: list[RateWindow]) -> dict[str, Any]:
+    """One rate's numbers over all its windows."""
+    ok_ms = [ms for w in windows for ms in w.ok_ms]
+    elapsed = sum(w.elapsed_s for w in windows)
     return {
         "rate": rate,
-        "orders": len(report.results),
+        "orders": sum(w.orders for w in windows),
         "ok": len(ok_ms),
-        "cpu_percent": round((after.cpu_s - before.cpu_s) / elapsed * 100, 2),
-        "rss_mb": round(after.rss_bytes / 2**20, 1),
+        "cpu_percent": round(sum(w.cpu_s for w in windows) / elapsed * 100, 2),
+        "rss_mb": round(max(w.rss_bytes for w in windows) / 2**20, 1),
         "mean_ms": round(statistics.fmean(ok_ms), 3) if ok_ms else None,
         "p95_ms": _round(percentile(ok_ms, 95)),
         "p99_ms": _round(percentile(ok_ms, 99)),
     }
+
+
+async def _interleaved(
+    systems: dict[str, DemoSystem],
+    rates: list[float],
+    seconds: float,
+    rounds: int,
+    progress: Callable[[str], None],
+) -> dict[str, list[dict[str, Any]]]:
+    windows: dict[str, dict[float, list[RateWindow]]] = {m: {r: [] for r in rates} for m in systems}
+    for rate in rates:
+        progress(f"overhead / {rate:g} orders/s / {' vs '.join(systems)}")
+        for system in systems.values():  # warm pools and caches at this rate
+            await run_load(system.topology.public_url, rate=rate, duration=1.0)
+        for _ in range(rounds):
+            for mode, system in systems.items():
+                windows[mode][rate].append(await measure_window(system, rate, seconds / rounds))
+    return {m: [summarize(r, windows[m][r]) for r in rates] for m in systems}
 
 
 def run_overhead(
@@ -76,16 +110,27 @@ def run_overhead(
     seconds: float,
     progress: Callable[[str], None] = lambda _msg: None,
     modes: tuple[Mode, ...] = (Mode.DIRECT, Mode.SIDECAR),
+    rounds: int = 4,
 ) -> dict[str, Any]:
-    """The whole system at several rates, without and with sidecars, and the differences."""
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for mode in modes:
-        runs[mode.value] = []
-        with DemoSystem.create(mode, Timings(call_timeout=2.0)) as system:
-            for rate in rates:
-                progress(f"overhead / {mode.value} / {rate:g} orders/s")
-                runs[mode.value].append(asyncio.run(measure_rate(system, rate, seconds)))
-    result: dict[str, Any] = {"rates": rates, "seconds_per_rate": seconds, "runs": runs}
+    """The whole system at several rates, without and with sidecars, and the differences.
+
+    Both systems run side by side and take turns in short windows, so that drift in the
+    machine's load (other work, thermal) hits both alike.
+    """
+    systems = {mode.value: DemoSystem.create(mode, Timings(call_timeout=2.0)) for mode in modes}
+    try:
+        for system in systems.values():
+            system.start()
+        runs = asyncio.run(_interleaved(systems, rates, seconds, rounds, progress))
+    finally:
+        for system in systems.values():
+            system.stop()
+    result: dict[str, Any] = {
+        "rates": rates,
+        "seconds_per_rate": seconds,
+        "rounds": rounds,
+        "runs": runs,
+    }
     if Mode.DIRECT.value in runs and Mode.SIDECAR.value in runs:
         result["added"] = [
             _added(base, with_sidecars)
