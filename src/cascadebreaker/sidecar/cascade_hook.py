@@ -1,10 +1,10 @@
 """The cascade on the request path: a `RequestHook` for both listeners, and its installation.
 
 Inbound (a caller reaching our app): refuse requests to our own unavailable endpoints (503 with
-the cause chain); strip `ccb-hop` always and the learning headers unless the hop token verifies
-(outside clients cannot steer learning); remember the trace so the app's outbound calls are
-attributed to the endpoint it serves; answer sidecars with `ccb-sidecar-grpc: host:port` so
-they subscribe to our `Watch` stream.
+the cause chain); honour learning headers only when the `ccb-hop` token verifies, and strip
+every `ccb-*` header before the app sees it (outside clients cannot steer learning through
+it); remember the trace so the app's outbound calls are attributed to the endpoint it serves;
+answer sidecars with `ccb-sidecar-grpc: host:port` so they subscribe to our `Watch` stream.
 
 Outbound (our app calling an upstream): learn the edge (explicit header or trace context),
 refuse a call to an unavailable target endpoint, reroute to a configured alternative while the
@@ -42,8 +42,8 @@ SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
 _HOP = HOP_HEADER.encode()
 _GRPC = SIDECAR_GRPC_HEADER.encode()
 _LEARNING = frozenset({SERVING_ENDPOINT_HEADER.encode(), OPTIONAL_HEADER.encode()})
-_STRIP_ALWAYS = frozenset({_HOP, _GRPC})
-_STRIP_UNTRUSTED = _STRIP_ALWAYS | _LEARNING
+_STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
+_STRIP_INBOUND = _STRIP_OUTBOUND | _LEARNING
 
 
 class CascadeRejection(Rejection):
@@ -140,7 +140,8 @@ class CascadeHook:
             body = {"error": "endpoint unavailable", "service": info.service}
             body["endpoint"] = str(endpoint)
             return CascadeRejection(body, refusal, self._wall())
-        _strip(headers, _STRIP_ALWAYS if from_sidecar else _STRIP_UNTRUSTED)
+        # The app never needs the cascade's headers; passed on, they could steer its calls.
+        _strip(headers, _STRIP_INBOUND)
         info.state = (trace_key, from_sidecar)
         return None
 
@@ -181,7 +182,7 @@ class CascadeHook:
             body = {"error": "upstream endpoint unavailable", "upstream": upstream}
             body["endpoint"] = str(callee)
             return CascadeRejection(body, refusal, self._wall())
-        _strip(headers, _STRIP_ALWAYS)  # the app must not pass another hop's token on
+        _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         route = self.runtime.routes.get(upstream)
         base = route.pool.target.base_path.decode("latin-1") if route is not None else ""
         token = self.learner.hop_token(info.method, base + info.path, get)
