@@ -92,9 +92,9 @@ def chapters_table(state: StoryState) -> Table:
         "failed",
         "refused",
         "error",
-        "reservations",
-        "charges",
-        "compensations",
+        "reserved",
+        "charged",
+        "undone",
     ):
         if column == "chapter":
             table.add_column(column, no_wrap=True)
