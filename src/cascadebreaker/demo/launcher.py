@@ -116,9 +116,11 @@ class DemoSystem:
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, mode: Mode | str, timings: Timings | None = None) -> DemoSystem:
+    def create(
+        cls, mode: Mode | str, timings: Timings | None = None, precheck: bool = True
+    ) -> DemoSystem:
         """A system with freshly allocated ports (not started yet)."""
-        return cls(Topology.allocate(mode, timings))
+        return cls(Topology.allocate(mode, timings, precheck))
 
     @property
     def topology_path(self) -> Path:
@@ -141,7 +143,8 @@ class DemoSystem:
                     self._remove_workdir()
                     raise
                 self.processes.clear()
-                self.topology = Topology.allocate(self.topology.mode, self.topology.timings)
+                old = self.topology
+                self.topology = Topology.allocate(old.mode, old.timings, old.precheck)
             except BaseException:
                 self.stop()
                 raise

@@ -116,9 +116,13 @@ class Topology:
     mode: Mode
     services: dict[str, ServiceSpec]
     timings: Timings = field(default_factory=Timings)
+    # Whether the orchestrator asks its sidecar before a saga (sidecar mode only).
+    precheck: bool = True
 
     @classmethod
-    def allocate(cls, mode: Mode | str, timings: Timings | None = None) -> Topology:
+    def allocate(
+        cls, mode: Mode | str, timings: Timings | None = None, precheck: bool = True
+    ) -> Topology:
         """Build the topology with free loopback ports for every listener."""
         mode = Mode(mode)
         taken: set[int] = set()
@@ -135,7 +139,7 @@ class Topology:
             if mode is Mode.SIDECAR and name not in EXTERNAL:
                 sidecar = SidecarPorts(port(), port(), port(), port())
             services[name] = ServiceSpec(name, port(), CALLS[name], sidecar)
-        return cls(mode, services, timings or Timings())
+        return cls(mode, services, timings or Timings(), precheck)
 
     def service(self, name: str) -> ServiceSpec:
         """The spec of one service, or KeyError naming it."""
@@ -171,6 +175,7 @@ class Topology:
         return {
             "mode": self.mode.value,
             "timings": asdict(self.timings),
+            "precheck": self.precheck,
             "services": {n: asdict(s) for n, s in self.services.items()},
         }
 
@@ -181,7 +186,12 @@ class Topology:
         for name, raw in data["services"].items():
             sidecar = SidecarPorts(**raw["sidecar"]) if raw.get("sidecar") else None
             services[name] = ServiceSpec(raw["name"], raw["port"], tuple(raw["calls"]), sidecar)
-        return cls(Mode(data["mode"]), services, Timings(**data.get("timings", {})))
+        return cls(
+            Mode(data["mode"]),
+            services,
+            Timings(**data.get("timings", {})),
+            bool(data.get("precheck", True)),
+        )
 
     def save(self, path: Path) -> None:
         """Write the topology as JSON."""

@@ -233,7 +233,7 @@ class ServiceContext:
                 else None,
             )
         admin = self.topology.service(self.name).admin_url
-        if admin is not None:
+        if admin is not None and self.topology.precheck:
             self.precheck = SidecarPrecheck(self.client, admin)
 
     async def close_clients(self) -> None:
