@@ -199,3 +199,34 @@ def test_a_silent_redis_is_noticed_by_the_heartbeat(own_redis_server: Any, names
         eventually(lambda: store.online, what="and recovers once Redis answers again")
     finally:
         store.close()
+
+
+def test_members_without_a_consecutive_policy_never_report_counts(
+    redis_stores: MakeStore,
+) -> None:
+    from cascadebreaker import CountWindow, FailureRate
+
+    store_a, store_b = redis_stores(), redis_stores()
+    a = CircuitBreaker("upstream", failure_threshold=2, store=store_a)
+    rate = FailureRate(window=CountWindow(10), rate=0.5, minimum_calls=5)
+    b = CircuitBreaker("upstream", policy=rate, store=store_b)
+    fail(a)
+    eventually(lambda: store_b.slot("upstream", b.config, time.monotonic).shared_dirty)
+    for _ in range(20):
+        assert b.call(lambda: "ok") == "ok"
+    passes = store_b.flushes
+    eventually(lambda: store_b.flushes >= passes + 2, what="b's flusher had its turn")
+    assert shared(store_a)["state"] == "CLOSED"  # b sent no count (a threshold of zero would trip)
+    assert shared(store_a)["fails"] == "1"
+    assert a.state is State.CLOSED and b.state is State.CLOSED
+
+
+def test_a_view_that_drifted_is_corrected_by_the_next_admission(redis_stores: MakeStore) -> None:
+    store = redis_stores()
+    breaker = CircuitBreaker("upstream", failure_threshold=1, recovery_timeout=0.1, store=store)
+    store.send_trip = lambda slot, reason: None  # type: ignore[method-assign]  # push lost
+    fail(breaker)
+    assert breaker.state is State.OPEN and shared(store)["state"] == "CLOSED"
+    eventually(lambda: breaker.retry_after == 0.0)
+    assert breaker.call(lambda: "ok") == "ok"  # Redis says CLOSED: admitted, and adopted
+    assert breaker.state is State.CLOSED

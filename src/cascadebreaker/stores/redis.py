@@ -90,6 +90,7 @@ class RedisStore:
         self.max_pending = max_pending
         self.heartbeat = heartbeat  # silence on the subscription before a PING checks it
         self.dropped = 0  # background messages dropped (queue full, or Redis down)
+        self.flushes = 0  # flusher passes completed (diagnostics; tests wait on it)
         self.online = True
         self._scripts = {
             name: self.client.register_script(src) for name, src in load_sources().items()
@@ -246,6 +247,7 @@ class RedisStore:
                 self._flush(urgent, pending)
             except Exception:  # the flusher must outlive any bug in one batch
                 log.exception("cascadebreaker: Redis flush failed")
+            self.flushes += 1
             if closing:
                 return
 
@@ -341,7 +343,9 @@ class RedisStore:
             if slot is None:
                 return
             if "c" in message:
-                slot.shared_dirty = True  # another process started a failure run
+                slot.shared_dirty = True  # another process started a failure run:
+                with self._cond:  # let the flusher start watching our successes now
+                    self._cond.notify()
             else:
                 slot.apply(RemoteState.from_message(message))
         except (ValueError, KeyError, TypeError):

@@ -68,10 +68,13 @@ class RedisSlot(BreakerSlot):
             return local
         if not self.store.online:
             return self._admit_offline(now)
+        before = self.machine.version
         remote = self.store.run_admit(self)
         if remote is None:
             return self._admit_offline(now)
-        self.apply(remote)
+        # The reply is the freshest shared state: re-apply it even at the same version, so a
+        # local view that drifted (a trip whose push was dropped) cannot stay stale.
+        self.apply(remote, resync_from=before)
         admission = remote.admission
         if admission is _PROBE:
             self.probe_round = remote.version
@@ -147,6 +150,8 @@ class RedisSlot(BreakerSlot):
     def take_report(self) -> tuple[int, bool, int, int] | None:
         """Drain the batched outcomes as (lead failures, had success, tail failures, version
         they were seen under), or None."""
+        if not self.threshold:
+            return None  # no consecutive policy here: nothing to count fleet-wide
         with self.lock:
             seen = self.remote_version
             fast = self.successes != self._seen_successes

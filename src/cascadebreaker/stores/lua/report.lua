@@ -5,7 +5,8 @@
 local lead, had_success, tail = tonumber(ARGV[4]), ARGV[5] == '1', tonumber(ARGV[6])
 local threshold, wait_ms, seen = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local s = load()
-if s.mode ~= 'NORMAL' or s.state ~= 'CLOSED' or not (s.fresh or s.version == seen) then
+if threshold < 1 or s.mode ~= 'NORMAL' or s.state ~= 'CLOSED'
+    or not (s.fresh or s.version == seen) then
   return finish(s, ADMIT)
 end
 local before = s.fails
