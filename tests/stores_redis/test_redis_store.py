@@ -230,3 +230,12 @@ def test_a_view_that_drifted_is_corrected_by_the_next_admission(redis_stores: Ma
     eventually(lambda: breaker.retry_after == 0.0)
     assert breaker.call(lambda: "ok") == "ok"  # Redis says CLOSED: admitted, and adopted
     assert breaker.state is State.CLOSED
+
+
+def test_batches_survive_a_flushed_script_cache(redis_stores: MakeStore) -> None:
+    store_a, store_b = redis_stores(), redis_stores()
+    a = CircuitBreaker("upstream", failure_threshold=1, store=store_a)
+    b = CircuitBreaker("upstream", failure_threshold=1, store=store_b)
+    store_a.client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
+    fail(a)  # the trip goes out on the flusher's pipeline
+    eventually(lambda: b.state is State.OPEN, what="the trip arrives anyway")

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 
 from ..core.config import BreakerConfig
@@ -268,11 +268,7 @@ class RedisStore:
         if not ops:
             return
         try:
-            pipe = self.client.pipeline(transaction=False)
-            base = (self.channel, self.key_ttl_ms)
-            for script, slot, args in ops:
-                self._scripts[script](keys=[slot.key], args=[slot.name, *base, *args], client=pipe)
-            replies = pipe.execute(raise_on_error=False)
+            replies = self._pipeline(ops)
         except REDIS_ERRORS as exc:
             self._mark_offline(exc)
             self._park(urgent)
@@ -284,6 +280,26 @@ class RedisStore:
                 )
                 continue
             slot.apply(RemoteState.from_reply(reply))
+
+    def _pipeline(self, ops: list[Op]) -> list[Any]:
+        """Run `ops` in one round trip. EVALSHA directly: redis-py's Script objects would add a
+        SCRIPT EXISTS round trip to every pipeline."""
+        replies = self._evalsha_all(ops)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:  # Redis restarted or flushed its scripts; those ops did not run
+            for script in self._scripts.values():
+                self.client.script_load(script.script)
+            for i, reply in zip(missing, self._evalsha_all([ops[i] for i in missing]), strict=True):
+                replies[i] = reply
+        return replies
+
+    def _evalsha_all(self, ops: list[Op]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for script, slot, args in ops:
+            sha = self._scripts[script].sha
+            pipe.evalsha(sha, 1, slot.key, slot.name, self.channel, self.key_ttl_ms, *args)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
 
     def _park(self, ops: list[Op]) -> None:
         """Redis is down: keep what must survive the outage on the slots, drop the rest."""
