@@ -86,7 +86,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from cascadebreaker.demo.control import remove_state, write_state
     from cascadebreaker.demo.launcher import DemoSystem, LaunchError, sigterm_as_interrupt
-    from cascadebreaker.demo.story import StoryState, run_story
+    from cascadebreaker.demo.story import StoryState, run_story, watch
     from cascadebreaker.demo.view import addresses, render, summary_lines
 
     console = Console()
@@ -121,8 +121,12 @@ def run_demo(args: argparse.Namespace) -> int:
             console.print(
                 "running; `ccb fault inject courier --mode down`, `ccb fault clear`; Ctrl-C to stop"
             )
-            while True:
-                time.sleep(3600)
+            if not console.is_terminal:
+                while True:
+                    time.sleep(3600)
+            state = StoryState(system.topology)
+            with Live(render(state), console=console, refresh_per_second=2) as live:
+                asyncio.run(watch(system.topology, state, lambda: live.update(render(state))))
     except LaunchError as exc:
         console.print(f"[red]demo failed to start:[/red] {exc}")
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -133,3 +134,16 @@ async def run_story(
         state.done = True
         refresh()
     return report
+
+
+async def watch(topology: Topology, state: StoryState, refresh: Callable[[], None]) -> None:
+    """Keep the view current while the demo just runs (until cancelled)."""
+    state.chapter = Chapter(
+        "running", "switch faults with `ccb fault inject|clear`; Ctrl-C stops", math.inf
+    )
+    state.chapter_started = time.monotonic()
+    async with httpx.AsyncClient(trust_env=False, timeout=5.0) as client:
+        while True:
+            state.views = await observe(topology, client)
+            refresh()
+            await asyncio.sleep(1.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 from rich.console import Group, RenderableType
@@ -131,7 +132,12 @@ def render(state: StoryState) -> RenderableType:
         header = Text("starting…")
     else:
         elapsed = time.monotonic() - state.chapter_started
-        status = "done" if state.done else f"{elapsed:4.1f}s / {state.chapter.seconds:.0f}s"
+        if state.done:
+            status = "done"
+        elif math.isinf(state.chapter.seconds):
+            status = f"{elapsed:.0f}s"
+        else:
+            status = f"{elapsed:4.1f}s / {state.chapter.seconds:.0f}s"
         header = Text.assemble(
             (f"{state.chapter.title}", "bold"), f"  ({status})\n", (state.chapter.caption, "italic")
         )
