@@ -1,0 +1,70 @@
+"""Many threads on two stores hammering one breaker with random outcomes: nothing unexpected is
+raised, and once the calls stop every local view converges on the shared state in Redis."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from cascadebreaker import CircuitBreaker, CircuitOpenError, RedisStore
+
+from .conftest import eventually
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+
+class Boom(RuntimeError):
+    """The upstream failed."""
+
+
+def hammer(breaker: CircuitBreaker, seed: int, stop: threading.Event, errors: list[str]) -> None:
+    rng = random.Random(seed)
+
+    def upstream() -> str:
+        if rng.random() < 0.3:
+            raise Boom("down")
+        return "ok"
+
+    while not stop.is_set():
+        try:
+            if rng.random() < 0.5:
+                breaker.call(upstream)
+            else:
+                with breaker:
+                    upstream()
+        except (Boom, CircuitOpenError):
+            pass
+        except Exception as exc:  # anything else is a bug
+            errors.append(repr(exc))
+
+
+def test_views_converge_after_a_storm(redis_stores: Callable[..., RedisStore]) -> None:
+    stores = [redis_stores(), redis_stores()]
+    settings = {"failure_threshold": 3, "recovery_timeout": 0.05, "half_open_max_calls": 2}
+    breakers = [CircuitBreaker("storm", store=s, **settings) for s in stores]
+    stop, errors = threading.Event(), []
+    threads = [
+        threading.Thread(target=hammer, args=(breakers[i % 2], i, stop, errors)) for i in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for _ in range(5):  # manual control in the middle of the storm
+        time.sleep(0.2)
+        breakers[0].reset()
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert errors == []
+    assert sum(b.snapshot()["calls"]["failure"] for b in breakers) > 0
+
+    def converged() -> bool:
+        raw = stores[0].client.hmget(stores[0].key("storm"), "state", "version")
+        state, version = raw[0].decode(), int(raw[1])  # type: ignore[index]
+        views = [(b.state.value, b.snapshot()["version"]) for b in breakers]
+        return all(view == (state, version) for view in views)
+
+    eventually(converged, what="every view equals the shared state")
