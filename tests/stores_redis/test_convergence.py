@@ -52,9 +52,10 @@ def test_views_converge_after_a_storm(redis_stores: Callable[..., RedisStore]) -
     ]
     for thread in threads:
         thread.start()
-    for _ in range(5):  # manual control in the middle of the storm
-        time.sleep(0.2)
-        breakers[0].reset()
+    actions = ["reset", "force_open", "reset", "disable", "reset", "force_open", "reset"]
+    for i, action in enumerate(actions):  # manual control, from either side, mid-storm
+        time.sleep(0.15)
+        getattr(breakers[i % 2], action)()
     stop.set()
     for thread in threads:
         thread.join(timeout=10)
@@ -62,9 +63,12 @@ def test_views_converge_after_a_storm(redis_stores: Callable[..., RedisStore]) -
     assert sum(b.snapshot()["calls"]["failure"] for b in breakers) > 0
 
     def converged() -> bool:
-        raw = stores[0].client.hmget(stores[0].key("storm"), "state", "version")
-        state, version = raw[0].decode(), int(raw[1])  # type: ignore[index]
-        views = [(b.state.value, b.snapshot()["version"]) for b in breakers]
-        return all(view == (state, version) for view in views)
+        raw = stores[0].client.hmget(stores[0].key("storm"), "state", "mode", "version")
+        shared = (raw[0].decode(), raw[1].decode(), int(raw[2]))  # type: ignore[index]
+        views = [
+            (b._slot.machine.state.value, b.snapshot()["mode"], b.snapshot()["version"])
+            for b in breakers
+        ]
+        return all(view == shared for view in views)
 
     eventually(converged, what="every view equals the shared state")
