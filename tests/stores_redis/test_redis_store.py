@@ -211,7 +211,7 @@ def test_members_without_a_consecutive_policy_never_report_counts(
     rate = FailureRate(window=CountWindow(10), rate=0.5, minimum_calls=5)
     b = CircuitBreaker("upstream", policy=rate, store=store_b)
     fail(a)
-    eventually(lambda: store_b.slot("upstream", b.config, time.monotonic).shared_dirty)
+    eventually(lambda: shared(store_a).get("fails") == "1", what="a's failure is counted")
     for _ in range(20):
         assert b.call(lambda: "ok") == "ok"
     passes = store_b.flushes

@@ -359,6 +359,8 @@ class RedisStore:
             if slot is None:
                 return
             if "c" in message:
+                if not slot.threshold:
+                    return  # no consecutive policy here: the count is not ours to reset
                 slot.shared_dirty = True  # another process started a failure run:
                 with self._cond:  # let the flusher start watching our successes now
                     self._cond.notify()

@@ -209,7 +209,7 @@ class RedisSlot(BreakerSlot):
         view may have moved on its own during an outage), unless the machine moved meanwhile."""
         with self.lock:
             if remote.fails is not None:
-                self.shared_dirty = remote.fails > 0
+                self.shared_dirty = remote.fails > 0 and self.threshold > 0
             known = self.remote_version
             force = resync_from is not None and resync_from == self.machine.version
             if remote.version < known or (remote.version == known and not force):
