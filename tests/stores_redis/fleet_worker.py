@@ -4,12 +4,14 @@ Run as `python fleet_worker.py <mode> <redis-url> <namespace> <json settings>`. 
 lines on stdout ({"event": ...}) and takes one-word commands on stdin. Modes:
 
 - watch:  report every state change as {"event": "state", "state", "at": monotonic time}
-- probes: on "go", call acquire() for `hammer` seconds, hold every permit, report the count
+- probes: on "go", three threads call acquire() until the open wait is over and a second more,
+          holding every permit; report the count
 - calls:  call through the breaker until "stop"; report outcomes and anything unexpected
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -17,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from cascadebreaker import CircuitBreaker, CircuitOpenError, RedisStore
+from cascadebreaker import CircuitBreaker, CircuitOpenError, Permit, RedisStore
 from cascadebreaker.events import TransitionEvent
 
 NAME = "fleet-upstream"
@@ -57,16 +59,21 @@ def main() -> int:
         sys.stdin.readline()  # until told to stop
     elif mode == "probes":
         sys.stdin.readline()  # "go"
-        admitted, probes = [], 0
+        admitted: list[Permit] = []
         deadline = time.monotonic() + float(settings.get("recovery_timeout", 0.2)) + 1.0
-        while time.monotonic() < deadline:
-            try:
-                permit = breaker.acquire()
-            except CircuitOpenError:
-                continue
-            admitted.append(permit)  # held: a probe that never ends keeps the circuit half-open
-            probes += permit.probe
-        say(event="probes", admitted=len(admitted), probes=probes)
+
+        def contend() -> None:
+            while time.monotonic() < deadline:
+                # Held, never finished: a probe that never ends keeps the circuit half-open.
+                with contextlib.suppress(CircuitOpenError):
+                    admitted.append(breaker.acquire())
+
+        threads = [threading.Thread(target=contend) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        say(event="probes", admitted=len(admitted), probes=sum(p.probe for p in admitted))
         sys.stdin.readline()
     elif mode == "calls":
         run_calls(breaker, logs)
