@@ -86,6 +86,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/upload":
             self._upload()
             return
+        if self.path == "/early":  # answers without reading the request body
+            self._send(413, b"too large")
+            self.close_connection = True
+            return
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         body = self._body()
@@ -133,6 +137,12 @@ class _Handler(BaseHTTPRequestHandler):
                 piece = f"chunk {i}\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
+        elif path == "/close-delimited":
+            self.send_response(200)
+            self.send_header("content-type", "text/plain")
+            self.end_headers()
+            self.wfile.write(b"until the end")
+            self.close_connection = True
         elif path == "/big":
             self._send(200, b"x" * int(query.get("size", "1000000")))
         else:

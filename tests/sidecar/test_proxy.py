@@ -262,3 +262,39 @@ def test_chunked_request_reaches_the_upstream_before_it_ends(
     assert data.startswith(b"HTTP/1.1 200")
     assert data.endswith(b"2 pieces")
     assert upstream.state.upload_chunks == [b"first", b"second"]
+
+
+def test_close_delimited_response_is_rechunked(sidecar: SidecarProcess) -> None:
+    with httpx.Client(timeout=10) as client:
+        response = client.get(sidecar.url("outbound") + "/payment/close-delimited")
+        assert response.text == "until the end"
+        assert response.headers["transfer-encoding"] == "chunked"
+        assert client.get(sidecar.url("outbound") + "/payment/after").text == "ok /after"
+
+
+def test_http10_client_gets_a_close_delimited_body(sidecar: SidecarProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=10) as sock:
+        sock.sendall(b"GET /payment/close-delimited HTTP/1.0\r\nhost: x\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower()
+    assert body == b"until the end"
+
+
+def test_upstream_answering_before_the_body_ends(sidecar: SidecarProcess) -> None:
+    # The upstream answers /early without reading the body; the sidecar must not reuse that
+    # connection (its request was cut short) and later calls must still work.
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=10) as sock:
+        sock.sendall(
+            b"POST /payment/early HTTP/1.1\r\nhost: x\r\n"
+            b"transfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n"
+        )
+        data = b""
+        while not data.endswith(b"too large") and (chunk := sock.recv(65536)):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 413")
+    with httpx.Client(timeout=10) as client:
+        for i in range(5):
+            assert client.get(sidecar.url("outbound") + f"/payment/n/{i}").text == f"ok /n/{i}"

@@ -196,6 +196,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._last_activity = 0.0
         self._watch = pool.watch
         self._reading_paused = False
+        self._request_complete = True
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -334,11 +335,16 @@ class UpstreamConnection(asyncio.Protocol):
         timeout: float,
         head_request: bool = False,
         body: bytes = b"",
+        complete: bool = True,
     ) -> None:
-        """Start an exchange: write the request head (and a whole body, if given)."""
+        """Start an exchange: write the request head (and a whole body, if given).
+
+        `complete=False` says more request body follows (`write`, then `end_request`).
+        """
         assert self.transport is not None
         assert self._sink is None
         self._sink = sink
+        self._request_complete = complete
         self._head_seen = False
         self._bytes_seen = False
         self._head_request = head_request
@@ -362,6 +368,10 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self._last_activity = self.loop.time()
             self.transport.writelines(pieces)
+
+    def end_request(self) -> None:
+        """The whole request body has been written."""
+        self._request_complete = True
 
     def pause_reading(self) -> None:
         """Stop reading the response (the client is slow); the timeout does not run meanwhile."""
@@ -408,7 +418,9 @@ class UpstreamConnection(asyncio.Protocol):
         sink = self._sink
         self._sink = None
         self._watch.busy.discard(self)
-        if self._keep_alive and not self.closed:
+        # An upstream may answer before reading the whole request body; the rest was never
+        # sent, so the connection is out of step and must not be reused.
+        if self._keep_alive and self._request_complete and not self.closed:
             self.reused = True
             self.pool.release(self)
         else:
