@@ -160,6 +160,7 @@ def test_unreachable_redis_never_raises_and_logs_once(
         ("half_open_poll", 0),
         ("socket_timeout", 0),
         ("heartbeat", 0),
+        ("resync_interval", 0),
         ("max_pending", 0),
     ],
 )
@@ -239,3 +240,17 @@ def test_batches_survive_a_flushed_script_cache(redis_stores: MakeStore) -> None
     store_a.client.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
     fail(a)  # the trip goes out on the flusher's pipeline
     eventually(lambda: b.state is State.OPEN, what="the trip arrives anyway")
+
+
+def test_a_lost_message_is_repaired_by_the_periodic_resync(redis_stores: MakeStore) -> None:
+    store = redis_stores(resync_interval=0.2)
+    breaker = CircuitBreaker("upstream", store=store)
+    breaker.force_open()
+    assert breaker.state is State.OPEN
+    # Someone resets the breaker but the message never arrives: write the hash, publish nothing.
+    version = int(shared(store)["version"]) + 1
+    store.client.hset(
+        store.key("upstream"), mapping={"mode": "NORMAL", "state": "CLOSED", "version": version}
+    )
+    eventually(lambda: breaker.state is State.CLOSED, what="the periodic resync repairs the view")
+    assert breaker.call(lambda: "ok") == "ok"

@@ -56,6 +56,7 @@ class RedisStore:
         max_pending: int = 10_000,
         socket_timeout: float = 0.25,
         heartbeat: float = 5.0,
+        resync_interval: float = 30.0,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"namespace must be a non-empty string, got {namespace!r}")
@@ -65,6 +66,7 @@ class RedisStore:
             ("half_open_poll", half_open_poll),
             ("socket_timeout", socket_timeout),
             ("heartbeat", heartbeat),
+            ("resync_interval", resync_interval),
         ):
             if not value > 0:
                 raise ValueError(f"{setting} must be > 0, got {value!r}")
@@ -89,6 +91,7 @@ class RedisStore:
         self.half_open_poll = half_open_poll
         self.max_pending = max_pending
         self.heartbeat = heartbeat  # silence on the subscription before a PING checks it
+        self.resync_interval = resync_interval  # anti-entropy: re-read every breaker this often
         self.dropped = 0  # background messages dropped (queue full, or Redis down)
         self.flushes = 0  # flusher passes completed (diagnostics; tests wait on it)
         self.online = True
@@ -334,11 +337,17 @@ class RedisStore:
 
     def _listen(self, pubsub: Any) -> None:
         """Apply messages until closed; raise when the subscription is lost."""
-        last_heard = time.monotonic()
+        last_heard = last_resync = time.monotonic()
         ping_sent: float | None = None
         while not self._closed:
             message = pubsub.get_message(timeout=0.2)
             now = time.monotonic()
+            if now - last_resync > self.resync_interval:
+                # Insurance against a message lost without a disconnect (a view that is forced
+                # open or disabled never asks Redis on its own).
+                for slot in self._slots_snapshot():
+                    slot.resync(periodic=True)
+                last_resync = now
             if message is not None:
                 last_heard, ping_sent = now, None
                 if message.get("type") == "message":

@@ -176,8 +176,10 @@ class RedisSlot(BreakerSlot):
 
     # -- adopting the shared state -----------------------------------------------------------
 
-    def resync(self) -> None:
-        """Adopt the shared state, pushing first what the fleet missed while we were cut off."""
+    def resync(self, periodic: bool = False) -> None:
+        """Adopt the shared state, pushing first what the fleet missed while we were cut off.
+        A periodic resync adopts only newer versions: the local view has not been cut off, and
+        may be a moment ahead of Redis (a trip on its way)."""
         control, self.pending_control = self.pending_control, None
         pending_trip, self.pending_trip = self.pending_trip, False
         try:
@@ -196,7 +198,7 @@ class RedisSlot(BreakerSlot):
                     self.store.run("trip", self, (0, ms(wait), reason, 1))
                 )
             pending_trip = False
-            self.apply(remote, resync_from=before)
+            self.apply(remote, resync_from=None if periodic else before)
         except BaseException:
             # Still cut off: keep what was not delivered for the next attempt.
             self.pending_control = self.pending_control or control
