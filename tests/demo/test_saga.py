@@ -108,3 +108,20 @@ def test_slow_courier_times_out_and_the_saga_compensates(plain_demo: DemoClient)
     assert response.json()["failed_step"] == "shipping"
     assert plain_demo.count("shipping", "shipments_failed") == 1
     assert plain_demo.count("inventory", "reservations_active") == 0
+
+
+def test_a_killed_courier_is_a_real_outage_until_restarted(plain_demo: DemoClient) -> None:
+    system = plain_demo.system
+    old_pid = system.pids()["courier"]
+    system.kill("courier")
+    try:
+        response = plain_demo.order()
+
+        assert response.status_code == 409  # connection refused: the saga compensated
+        assert response.json()["failed_step"] == "shipping"
+        assert plain_demo.count("inventory", "reservations_active") == 0
+    finally:
+        system.restart("courier")
+
+    assert system.pids()["courier"] != old_pid
+    assert eventually(lambda: plain_demo.order().status_code == 201)
