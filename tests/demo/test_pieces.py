@@ -219,3 +219,25 @@ def test_overhead_summary_over_windows() -> None:
         10.0,
         10.0,
     )
+
+
+def test_results_check_names_what_is_missing() -> None:
+    from cascadebreaker.demo.report import FAULT_NAMES, MODE_NAMES, REQUIRED_CASE_FIELDS, problems
+
+    case = dict.fromkeys(REQUIRED_CASE_FIELDS, 1) | {"early_refusals_while_healthy": 0}
+    complete = {
+        "faults": {f: {m: dict(case) for m in MODE_NAMES} for f in FAULT_NAMES},
+        "overhead": {"added": [{"rate": 10.0}]},
+    }
+    assert problems(complete) == []
+
+    del complete["faults"]["gateway_slow"]["cascade"]["recovery_s"]
+    complete["faults"]["intermittent"]["plain"]["early_refusals_while_healthy"] = 2
+    del complete["overhead"]
+
+    assert problems(complete) == [
+        "faults.gateway_slow.cascade.recovery_s missing",
+        "faults.intermittent.plain: early refusals while healthy",
+        "overhead section missing (needs direct and sidecar runs)",
+    ]
+    assert problems({}) == ["no 'faults' section"]

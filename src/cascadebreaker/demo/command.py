@@ -56,7 +56,10 @@ def register(subparsers: Any) -> None:
     experiment = subparsers.add_parser(
         "experiment", help="three modes x three faults + overhead: results.json, report, plots"
     )
-    experiment.add_argument("--out", required=True, help="output directory")
+    experiment.add_argument("--out", help="output directory")
+    experiment.add_argument(
+        "--check", metavar="RESULTS_JSON", help="only check a results.json for every field"
+    )
     experiment.add_argument("--quick", action="store_true", help="short phases (CI)")
     experiment.add_argument("--faults", default=None, help="comma-separated subset of faults")
     experiment.add_argument("--modes", default=None, help="comma-separated: none,plain,cascade")
@@ -155,6 +158,11 @@ def run_experiment(args: argparse.Namespace) -> int:
     from cascadebreaker.demo.overhead import run_overhead
     from cascadebreaker.demo.report import write_outputs
 
+    if args.check:
+        return check_results(args.check)
+    if not args.out:
+        print("ccb experiment: --out DIR is required", file=sys.stderr)
+        return 2
     settings = ExperimentSettings.quick() if args.quick else ExperimentSettings()
     # `--faults ""` runs no fault case (only the overhead and worker-pool parts).
     faults = list(FAULTS) if args.faults is None else [f for f in args.faults.split(",") if f]
@@ -193,6 +201,24 @@ def run_experiment(args: argparse.Namespace) -> int:
     write_outputs(results, out)
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {len(results['plots'])} plots")
     return 0
+
+
+def check_results(path: str) -> int:
+    """`ccb experiment --check results.json`: exit 1 and list what is missing or wrong."""
+    import json
+
+    from cascadebreaker.demo.report import problems
+
+    try:
+        with open(path) as f:
+            found = problems(json.load(f))
+    except (OSError, ValueError) as exc:
+        print(f"ccb experiment: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    for problem in found:
+        print(problem)
+    print(f"{path}: {'complete' if not found else f'{len(found)} problems'}")
+    return 1 if found else 0
 
 
 def run_workerpool(quick: bool) -> dict[str, Any]:

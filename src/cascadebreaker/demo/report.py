@@ -30,6 +30,50 @@ CASE_ROWS = (
 )
 
 
+# Fields every (fault, mode) case must report, and the fault and mode names.
+REQUIRED_CASE_FIELDS = (
+    "orders",
+    "failed_orders",
+    "compensations",
+    "remote_calls_per_failed_order",
+    "early_refusals_while_healthy",
+    "p95_ms_failed",
+    "recovery_s",
+    "wasted_reservations",
+    "wasted_charges",
+    "time_to_first_early_refusal_s",
+)
+FAULT_NAMES = ("courier_down", "gateway_slow", "intermittent")
+MODE_NAMES = ("none", "plain", "cascade")
+
+
+def problems(results: dict[str, Any]) -> list[str]:
+    """What a results.json lacks or gets wrong (empty when it is complete and consistent)."""
+    found: list[str] = []
+    faults = results.get("faults")
+    if not isinstance(faults, dict):
+        return ["no 'faults' section"]
+    for fault in FAULT_NAMES:
+        by_mode = faults.get(fault)
+        if not isinstance(by_mode, dict):
+            found.append(f"faults.{fault} missing")
+            continue
+        for mode in MODE_NAMES:
+            case = by_mode.get(mode)
+            if not isinstance(case, dict):
+                found.append(f"faults.{fault}.{mode} missing")
+                continue
+            found += [
+                f"faults.{fault}.{mode}.{k} missing" for k in REQUIRED_CASE_FIELDS if k not in case
+            ]
+            if case.get("early_refusals_while_healthy"):
+                found.append(f"faults.{fault}.{mode}: early refusals while healthy")
+    overhead = results.get("overhead")
+    if not isinstance(overhead, dict) or not overhead.get("added"):
+        found.append("overhead section missing (needs direct and sidecar runs)")
+    return found
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
