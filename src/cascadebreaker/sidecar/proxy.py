@@ -213,6 +213,8 @@ class ProxyExchange(FixedExchange):
             return
         if self.request.chunked:
             self._forward([LAST_CHUNK])
+        if self._pending is None and self.upstream is not None:
+            self.upstream.end_request()
 
     def downstream_writable(self, writable: bool) -> None:
         """Pause the upstream while the client is slow."""
@@ -429,7 +431,14 @@ class ProxyExchange(FixedExchange):
             if self._pending_size > _PENDING_LIMIT:
                 self.conn.resume_reading(2)
         self._pending = None
-        upstream.send(self._head, self, self.route.timeout, self.request.method == b"HEAD", body)
+        upstream.send(
+            self._head,
+            self,
+            self.route.timeout,
+            self.request.method == b"HEAD",
+            body,
+            self.request_done,
+        )
 
     def _forward(self, pieces: list[bytes]) -> None:
         if self._pending is None:
