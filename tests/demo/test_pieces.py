@@ -241,3 +241,22 @@ def test_results_check_names_what_is_missing() -> None:
         "overhead section missing (needs direct and sidecar runs)",
     ]
     assert problems({}) == ["no 'faults' section"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"rate": 0.0, "count": 1}, {"rate": 5.0}, {"rate": 5.0, "count": 1, "concurrency": 0}],
+)
+async def test_load_rejects_unbounded_or_empty_settings(kwargs: dict[str, float]) -> None:
+    from cascadebreaker.demo.load import run_load
+
+    with pytest.raises(ValueError, match=r"run_load needs|rate must be"):
+        await run_load("http://127.0.0.1:9", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flag", ["--seconds", "--rate", "--recovery-timeout"])
+def test_demo_rejects_non_positive_settings(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from cascadebreaker.cli import main
+
+    assert main(["demo", "--mode", "direct", flag, "0"]) == 2
+    assert "must be > 0" in capsys.readouterr().err

@@ -93,6 +93,9 @@ def run_demo(args: argparse.Namespace) -> int:
     from cascadebreaker.demo.view import addresses, render, summary_lines
 
     console = Console()
+    if args.seconds <= 0 or args.rate <= 0 or args.recovery_timeout <= 0:
+        print("ccb demo: --seconds, --rate and --recovery-timeout must be > 0", file=sys.stderr)
+        return 2
     mode = Mode(args.mode) if args.mode else default_mode()
     timings = Timings(call_timeout=2.0, failure_threshold=5, recovery_timeout=args.recovery_timeout)
     system = DemoSystem.create(mode, timings)

@@ -127,6 +127,8 @@ async def run_load(
     """
     if duration is None and count is None and stop is None:
         raise ValueError("run_load needs a duration, a count or a stop event")
+    if rate <= 0 or concurrency < 1:
+        raise ValueError(f"rate must be > 0 and concurrency >= 1, got {rate} and {concurrency}")
     clock = time.monotonic
     url = base_url.rstrip("/") + "/orders"
     report = LoadReport()
