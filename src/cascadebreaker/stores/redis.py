@@ -10,31 +10,27 @@ See docs/redis.md for the consistency model and failure behaviour.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
-import time
 import weakref
 from collections import deque
 from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..core.config import BreakerConfig
 from ..core.state import Outcome
 from .base import Clock
-from .redis_scripts import RemoteState, load_sources, ms
+from .redis_scripts import REDIS_ERRORS, RemoteState, load_sources, ms
 from .redis_slot import RedisSlot
+from .redis_subscriber import Subscriber
 
 log = logging.getLogger("cascadebreaker.redis")
 
-# Errors that mean "Redis is unreachable or unwell"; never raised into a caller.
-REDIS_ERRORS = (RedisError, OSError)
 _OUTCOME_CODES = {Outcome.SUCCESS: "S", Outcome.FAILURE: "F", Outcome.IGNORED: "I"}
 
 Op = tuple[str, RedisSlot, tuple[Any, ...]]  # (script name, slot, script-specific args)
@@ -111,7 +107,7 @@ class RedisStore:
         self._pending: set[RedisSlot] = set()
         self._subscribed = threading.Event()
         self._threads = [
-            threading.Thread(target=self._subscribe_loop, name="ccb-redis-sub", daemon=True),
+            threading.Thread(target=Subscriber(self).run, name="ccb-redis-sub", daemon=True),
             threading.Thread(target=self._flush_loop, name="ccb-redis-flush", daemon=True),
         ]
         for thread in self._threads:
@@ -152,7 +148,7 @@ class RedisStore:
             try:
                 slot.resync()
             except REDIS_ERRORS as exc:
-                self._mark_offline(exc)
+                self.mark_offline(exc)
         return slot
 
     def names(self) -> list[str]:
@@ -188,7 +184,7 @@ class RedisStore:
                 "admit", slot, (c.half_open_max_calls, ms(lease), ms(cap), ms(slot.next_wait()))
             )
         except REDIS_ERRORS as exc:
-            self._mark_offline(exc)
+            self.mark_offline(exc)
             return None
         return RemoteState.from_reply(reply)
 
@@ -210,7 +206,7 @@ class RedisStore:
                 slot.apply(RemoteState.from_reply(self.run("control", slot, (action,))))
                 return
             except REDIS_ERRORS as exc:
-                self._mark_offline(exc)
+                self.mark_offline(exc)
         slot.pending_control = action
 
     def mark_pending(self, slot: RedisSlot) -> None:
@@ -240,7 +236,7 @@ class RedisStore:
         while True:
             with self._cond:
                 if not self._urgent and not self._closed:
-                    watching = any(s.shared_dirty for s in self._slots_snapshot())
+                    watching = any(s.shared_dirty for s in self.slots_snapshot())
                     # With only batched work (or a fleet failure run to reset), let a batch form.
                     self._cond.wait(self.flush_interval if self._pending or watching else 1.0)
                 urgent, self._urgent = list(self._urgent), deque()
@@ -255,7 +251,7 @@ class RedisStore:
                 return
 
     def _flush(self, urgent: list[Op], pending: set[RedisSlot]) -> None:
-        watching = {s for s in self._slots_snapshot() if s.shared_dirty}
+        watching = {s for s in self.slots_snapshot() if s.shared_dirty}
         if not self.online:
             self._park(urgent)
             for slot in pending | watching:
@@ -273,7 +269,7 @@ class RedisStore:
         try:
             replies = self._pipeline(ops)
         except REDIS_ERRORS as exc:
-            self._mark_offline(exc)
+            self.mark_offline(exc)
             self._park(urgent)
             return
         for (script, slot, _), reply in zip(ops, replies, strict=True):
@@ -312,75 +308,29 @@ class RedisStore:
             else:
                 self.dropped += 1  # a probe result: the round is decided afresh after the outage
 
-    # -- the subscriber ----------------------------------------------------------------------
+    # -- outages and recovery ----------------------------------------------------------------
 
-    def _subscribe_loop(self) -> None:
-        delay = 0.05
-        while not self._closed:
-            pubsub: Any = None
-            try:
-                pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
-                pubsub.subscribe(self.channel)
-                self._recover()  # messages may have been missed while not subscribed
-                self._subscribed.set()
-                delay = 0.05
-                self._listen(pubsub)
-            except REDIS_ERRORS as exc:
-                self._mark_offline(exc)
-            except Exception:  # a bug must not leave every local view stale for good
-                log.exception("cascadebreaker: Redis subscriber failed; reconnecting")
-            finally:
-                _close_quietly(pubsub)
-            if not self._closed:
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+    @property
+    def closed(self) -> bool:
+        """True once `close()` was called."""
+        return self._closed
 
-    def _listen(self, pubsub: Any) -> None:
-        """Apply messages until closed; raise when the subscription is lost."""
-        last_heard = last_resync = time.monotonic()
-        ping_sent: float | None = None
-        while not self._closed:
-            message = pubsub.get_message(timeout=0.2)
-            now = time.monotonic()
-            if now - last_resync > self.resync_interval:
-                # Insurance against a message lost without a disconnect (a view that is forced
-                # open or disabled never asks Redis on its own).
-                for slot in self._slots_snapshot():
-                    slot.resync(periodic=True)
-                last_resync = now
-            if message is not None:
-                last_heard, ping_sent = now, None
-                if message.get("type") == "message":
-                    self._on_message(message["data"])
-            elif not self.online:
-                self._recover()  # the flusher saw an error but our connection is fine
-            elif ping_sent is not None and now - ping_sent > self.heartbeat:
-                # A silent network drop leaves the socket looking open: call it lost.
-                raise RedisConnectionError("no answer to PING on the subscription")
-            elif ping_sent is None and now - last_heard > self.heartbeat:
-                pubsub.ping()
-                ping_sent = now
+    def find_slot(self, name: str) -> RedisSlot | None:
+        """The slot of breaker `name`, if this store holds one."""
+        return self._slots.get(name)
 
-    def _on_message(self, data: bytes | str) -> None:
-        try:
-            message = json.loads(data)
-            slot = self._slots.get(str(message["n"]))
-            if slot is None:
-                return
-            if "c" in message:
-                if not slot.threshold:
-                    return  # no consecutive policy here: the count is not ours to reset
-                slot.shared_dirty = True  # another process started a failure run:
-                with self._cond:  # let the flusher start watching our successes now
-                    self._cond.notify()
-            else:
-                slot.apply(RemoteState.from_message(message))
-        except (ValueError, KeyError, TypeError):
-            log.warning("cascadebreaker: ignoring malformed message on %s: %r", self.channel, data)
+    def mark_subscribed(self) -> None:
+        """The subscriber listens (see `wait_ready`)."""
+        self._subscribed.set()
 
-    def _recover(self) -> None:
+    def wake_flusher(self) -> None:
+        """Let the flusher look at its work now rather than after its idle wait."""
+        with self._cond:
+            self._cond.notify()
+
+    def recover(self) -> None:
         """(Re)connected: bring every slot in line with Redis, then go online."""
-        for slot in self._slots_snapshot():
+        for slot in self.slots_snapshot():
             slot.resync()
         if not self.online:
             self.online = True
@@ -388,17 +338,18 @@ class RedisStore:
                 "cascadebreaker: Redis reachable again; namespace %r resynchronised", self.namespace
             )
 
-    def _mark_offline(self, exc: BaseException) -> None:
+    def mark_offline(self, exc: BaseException) -> None:
+        """Note an outage; logged once per outage, never per call."""
         if self.online:
             self.online = False
-            # Logged once per outage, never per call.
             log.warning(
                 "cascadebreaker: Redis unreachable (%s); namespace %r continues on local state",
                 exc,
                 self.namespace,
             )
 
-    def _slots_snapshot(self) -> list[RedisSlot]:
+    def slots_snapshot(self) -> list[RedisSlot]:
+        """Every slot, as a list safe to iterate while others are added."""
         with self._slots_lock:
             return list(self._slots.values())
 
@@ -412,9 +363,3 @@ def _restart_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_restart_after_fork)
-
-
-def _close_quietly(pubsub: Any) -> None:
-    if pubsub is not None:
-        with contextlib.suppress(*REDIS_ERRORS):
-            pubsub.close()

@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from ..core.state import Admission, Mode, State
+
+# Errors that mean "Redis is unreachable or unwell"; the store never lets them reach a caller.
+REDIS_ERRORS = (RedisError, OSError)
 
 SCRIPT_NAMES = ("admit", "report", "trip", "probe", "control", "read")
 
