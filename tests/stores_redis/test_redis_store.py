@@ -254,3 +254,21 @@ def test_a_lost_message_is_repaired_by_the_periodic_resync(redis_stores: MakeSto
     )
     eventually(lambda: breaker.state is State.CLOSED, what="the periodic resync repairs the view")
     assert breaker.call(lambda: "ok") == "ok"
+
+
+def test_a_store_built_on_your_own_client(redis_server: Any, namespace: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=1.0)
+    mine, other = RedisStore(client, namespace), RedisStore.from_url(redis_server.url, namespace)
+    try:
+        assert mine.wait_ready() and other.wait_ready()
+        a = CircuitBreaker("upstream", failure_threshold=1, store=mine)
+        b = CircuitBreaker("upstream", failure_threshold=1, store=other)
+        fail(a)
+        eventually(lambda: b.state is State.OPEN, what="a trip through a decoding client")
+        b.reset()
+        eventually(lambda: a.state is State.CLOSED, what="and a message back to it")
+    finally:
+        mine.close()
+        other.close()
