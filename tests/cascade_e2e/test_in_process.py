@@ -1,0 +1,139 @@
+"""The sidecar's cascade pieces in one process: config errors, /availability input, the hub."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint
+from cascadebreaker.sidecar.cascade_config import parse_cascade_config
+from cascadebreaker.sidecar.config import ConfigError, parse_config
+from cascadebreaker.sidecar.grpc_api import WatchSubscription
+from cascadebreaker.sidecar.propagation import WatchHub, peer_host
+from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+
+def _config(cascade: dict[str, Any] | None = None) -> Any:
+    return parse_config(
+        {
+            "service": "checkout",
+            "listen": {"inbound": None, "grpc": "127.0.0.1:15999"},
+            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
+            "cascade": cascade,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("cascade", "key"),
+    [
+        ({"edges": [{"caller": "checkout POST", "callee": "payment GET /x"}]}, "edges.0.caller"),
+        ({"peers": {"payment": "no-port"}}, "peers"),
+        ({"advertise": "host"}, "advertise"),
+        ({"redis": "http://x"}, "redis"),
+        ({"edge_ttl": 0}, "edge_ttl"),
+        ({"namespace": "a b"}, "namespace"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_bad_cascade_config_names_the_key(cascade: dict[str, Any], key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^cascade\.{key}"):
+        parse_cascade_config(cascade)
+
+
+def test_defaults_and_a_full_section() -> None:
+    assert parse_cascade_config(None).enabled
+    config = parse_cascade_config(
+        {
+            "secret": "s",
+            "templates": {"payment": ["/v1/charges/{charge}"]},
+            "edges": [{"caller": "a GET /x", "callee": "b GET /y", "optional": True}],
+            "alternatives": {"payment": "payment-backup"},
+            "peers": {"payment": "127.0.0.1:15102"},
+        }
+    )
+    assert config.edges[0].optional
+    assert config.alternatives == {"payment": "payment-backup"}
+
+
+async def test_no_secret_warns_at_start_up(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CCB_SECRET", raising=False)
+    with caplog.at_level(logging.WARNING, logger="cascadebreaker.sidecar.cascade"):
+        runtime = SidecarRuntime(_config())
+    runtime.close()
+    assert any("unauthenticated" in r.getMessage() for r in caplog.records)
+
+
+async def test_cascade_can_be_switched_off() -> None:
+    runtime = SidecarRuntime(_config({"enabled": False}))
+    try:
+        assert runtime.cascade is None
+        assert not runtime.hooks
+        assert "/availability" not in runtime.admin_routes
+    finally:
+        runtime.close()
+
+
+async def test_availability_route_answers_and_rejects_bad_queries() -> None:
+    runtime = SidecarRuntime(_config({"secret": "s"}))
+    try:
+        answer = runtime.admin_routes["/availability"]
+        assert answer("endpoint=POST%20/v1/orders")[0] == 200
+        assert answer("endpoint=POST%20/v1/orders")[1]["available"] is True
+        assert answer("upstream=payment")[1]["endpoint"] == "payment * *"
+        assert answer("")[0] == 400
+        assert answer("endpoint=orders")[0] == 400
+        assert answer("upstream=nope&endpoint=GET%20/x")[0] == 404
+        status = runtime.status()["cascade"]
+        assert status["secret"] is True
+        assert status["unavailable"] == []
+    finally:
+        runtime.close()
+
+
+def test_peer_host_parses_grpc_peers() -> None:
+    assert peer_host("ipv4:127.0.0.1:5000") == "127.0.0.1"
+    assert peer_host("ipv6:[::1]:5000") == "::1"
+    assert peer_host("unix:/tmp/x") == "/tmp/x"
+
+
+def _update(version: int) -> AvailabilityUpdate:
+    endpoint = Endpoint("checkout", "POST", "/v1/orders")
+    chain = (Cause(Endpoint.service_wide("payment"), "circuit open"), Cause(endpoint, "requires"))
+    return AvailabilityUpdate("checkout", endpoint, False, chain, time.time() + 30, version)
+
+
+async def test_hub_refuses_remote_subscribers_without_a_secret() -> None:
+    hub = WatchHub(lambda since: [_update(1)], loopback_only=True)
+    remote = WatchSubscription("x", (), 0, "ipv4:10.1.2.3:5000")
+    assert [u async for u in hub.source(remote)] == []
+
+
+async def test_hub_streams_current_state_then_live_updates_with_a_filter() -> None:
+    hub = WatchHub(lambda since: [_update(1)], loopback_only=True)
+    local = WatchSubscription("x", ("POST /v1/orders",), 0, "ipv4:127.0.0.1:5000")
+    other = WatchSubscription("y", ("GET /other",), 0, "ipv4:127.0.0.1:5001")
+    got: list[int] = []
+    got_other: list[int] = []
+
+    async def read(subscription: WatchSubscription, into: list[int]) -> None:
+        async for update in hub.source(subscription):
+            into.append(update.version)
+
+    tasks = [asyncio.create_task(read(local, got)), asyncio.create_task(read(other, got_other))]
+    for _ in range(1000):  # both generators register on their first step
+        if hub.subscribers == 2:
+            break
+        await asyncio.sleep(0)
+    assert hub.subscribers == 2
+    hub.publish([_update(2), _update(3)])
+    hub.close()  # ends both streams
+    await asyncio.gather(*tasks)
+    assert got == [1, 2, 3]
+    assert got_other == []
