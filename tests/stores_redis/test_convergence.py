@@ -7,6 +7,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -62,13 +63,47 @@ def test_views_converge_after_a_storm(redis_stores: Callable[..., RedisStore]) -
     assert errors == []
     assert sum(b.snapshot()["calls"]["failure"] for b in breakers) > 0
 
-    def converged() -> bool:
-        raw = stores[0].client.hmget(stores[0].key("storm"), "state", "mode", "version")
-        shared = (raw[0].decode(), raw[1].decode(), int(raw[2]))  # type: ignore[index]
-        views = [
-            (b._slot.machine.state.value, b.snapshot()["mode"], b.snapshot()["version"])
-            for b in breakers
-        ]
-        return all(view == shared for view in views)
+    eventually(lambda: converged_on_redis(stores, breakers), what="views equal the shared state")
 
-    eventually(converged, what="every view equals the shared state")
+
+def converged_on_redis(stores: list[RedisStore], breakers: list[CircuitBreaker]) -> bool:
+    """Every breaker's view (state, mode, version) equals the shared hash."""
+    raw = stores[0].client.hmget(stores[0].key("storm"), "state", "mode", "version")
+    if raw[0] is None:
+        return False
+    shared = (raw[0].decode(), raw[1].decode(), int(raw[2]))  # type: ignore[union-attr]
+    views = [
+        (b._slot.machine.state.value, b.snapshot()["mode"], b.snapshot()["version"])
+        for b in breakers
+    ]
+    return all(view == shared for view in views)
+
+
+def test_a_storm_through_a_redis_outage(own_redis_server: Any, namespace: str) -> None:
+    stores = [RedisStore.from_url(own_redis_server.url, namespace=namespace) for _ in range(2)]
+    try:
+        for store in stores:
+            assert store.wait_ready()
+        settings = {"failure_threshold": 3, "recovery_timeout": 0.05, "half_open_max_calls": 2}
+        breakers = [CircuitBreaker("storm", store=s, **settings) for s in stores]
+        stop, errors = threading.Event(), []
+        threads = [
+            threading.Thread(target=hammer, args=(breakers[i % 2], i, stop, errors))
+            for i in range(6)
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        own_redis_server.stop()  # mid-storm: trips, probes and closes go on locally
+        time.sleep(0.3)
+        own_redis_server.start()
+        eventually(lambda: all(s.online for s in stores), timeout=10.0, what="both back online")
+        time.sleep(0.3)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert errors == []  # no Redis error ever reached a caller
+        eventually(lambda: converged_on_redis(stores, breakers), what="views converge again")
+    finally:
+        for store in stores:
+            store.close()
