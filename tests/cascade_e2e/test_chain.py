@@ -11,12 +11,16 @@ C's breaker for D trips when D dies; C GET /c has two callers (fan-in: B and A).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from cascadebreaker.sidecar.grpc_client import SidecarClient
 
 from .apps import App, Call
 from .conftest import Sidecar, app, get, make_sidecar, start_all, wait_for
@@ -81,6 +85,11 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
             instance.stop()
 
 
+async def _grpc_check(address: str, upstream: str, endpoint: str) -> Any:
+    async with SidecarClient(address) as client:
+        return await client.check(upstream, endpoint)
+
+
 def _trip_c(shop: Shop) -> None:
     """Kill D and make C's breaker for D open (two failed calls straight to C)."""
     shop.apps["D"].stop()
@@ -141,8 +150,14 @@ def test_chain_refuses_early_and_recovers(shop: Shop) -> None:
     assert shop.call("/a2") == 200
     assert a.metric("ccb_cascade_refused_early", direction="inbound") >= 1
     assert not b.available("GET /b")
+    # An orchestrator asks over gRPC before starting a saga.
+    check = asyncio.run(_grpc_check(a.grpc_address, "B", "GET /b"))
+    assert not check.available
+    assert [c.endpoint for c in check.cause_chain] == ["* *", "GET /c", "GET /b"]
+    assert check.retry_after_ms > 0
     _recover(shop)
     wait_for(lambda: a.available("GET /a") and a.available("GET /fan"), "A clear")
+    assert asyncio.run(_grpc_check(a.grpc_address, "B", "GET /b")).available
     wait_for(lambda: b.cascade()["unavailable"] == [], "B clear")
 
 
@@ -182,4 +197,5 @@ def test_a_peer_killed_mid_propagation(shop: Shop) -> None:
     wait_for(lambda: a.available("GET /a"), "A GET /a expires", deadline=20)
     b.spawn()
     b.wait_ready()
+    wait_for(lambda: b.cascade()["subscribers"] == 1, "A re-subscribed to B (backoff)")
     wait_for(lambda: shop.call("/a") == 200, "the chain works again", deadline=20, pause=0.2)
