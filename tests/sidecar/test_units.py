@@ -1,0 +1,170 @@
+"""Pure pieces of the sidecar: config validation, target resolution, route templates, budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cascadebreaker.sidecar.config import ConfigError, load_config, parse_config
+from cascadebreaker.sidecar.endpoint_hint import endpoint_hint, route_template
+from cascadebreaker.sidecar.http_server import RequestHead
+from cascadebreaker.sidecar.listeners import split_outbound_target
+from cascadebreaker.sidecar.routes import RetryBudget
+from cascadebreaker.sidecar.wire import drop_connection_tokens, header_kind
+
+MINIMAL: dict[str, Any] = {
+    "service": "checkout",
+    "app": "http://127.0.0.1:8000",
+    "upstreams": {
+        "payment": {
+            "url": "http://127.0.0.1:9001",
+            "timeout": 2.0,
+            "breaker": {"failure_threshold": 5, "recovery_timeout": 20},
+        }
+    },
+}
+
+
+def test_issue_example_config_loads(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(
+        "service: checkout\n"
+        "app: http://127.0.0.1:8000\n"
+        "listen:\n"
+        "  outbound: 127.0.0.1:15001\n"
+        "  inbound: 127.0.0.1:15006\n"
+        "  grpc: 127.0.0.1:15002\n"
+        "  admin: 127.0.0.1:15000\n"
+        "store: memory\n"
+        "upstreams:\n"
+        "  payment:\n"
+        "    url: http://127.0.0.1:9001\n"
+        "    timeout: 2.0\n"
+        "    breaker: {failure_threshold: 5, recovery_timeout: 20}\n"
+    )
+    config = load_config(path)
+    assert config.service == "checkout"
+    assert str(config.listen.outbound) == "127.0.0.1:15001"
+    payment = config.upstreams["payment"]
+    assert (payment.timeout, payment.breaker.failure_threshold) == (2.0, 5)
+    assert payment.retries.attempts == 0  # retries are off unless configured
+    table = payment.failure_table()
+    assert table[500] and table[599] and not table[404] and not table[200]
+
+
+def test_failure_statuses_may_name_4xx() -> None:
+    config = parse_config(
+        {
+            **MINIMAL,
+            "upstreams": {"p": {"url": "http://127.0.0.1:1", "failure_statuses": ["5xx", 429]}},
+        }
+    )
+    table = config.upstreams["p"].failure_table()
+    assert table[429] and table[503] and not table[404]
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            {"upstreams": {"p": {"url": "http://h:1", "timeout": -1}}},
+            "upstreams.p.timeout: must be > 0",
+        ),
+        (
+            {"upstreams": {"p": {"url": "http://h:1", "failure_statuses": ["6xx"]}}},
+            "upstreams.p.failure_statuses",
+        ),
+        ({"upstreams": {"p q": {"url": "http://h:1"}}}, "upstreams"),
+        ({"limits": {"max_header_count": 0}}, "limits.max_header_count: must be >= 1"),
+        ({"listen": {"admin": "127.0.0.1:99999"}}, "listen.admin.port"),
+        ({"surprise": 1}, "surprise: unknown key"),
+        (
+            {"upstreams": {"p": {"url": "http://h:1", "retries": {"attempts": 2, "tries": 1}}}},
+            "upstreams.p.retries.tries: unknown key",
+        ),
+    ],
+)
+def test_invalid_config_names_the_key(patch: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config({**MINIMAL, **patch})
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_not_a_mapping_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(path)
+
+
+def _request(target: bytes, host: bytes = b"") -> RequestHead:
+    request = RequestHead(b"GET", target, [])
+    request.host = host
+    return request
+
+
+@pytest.mark.parametrize(
+    ("target", "host", "expected"),
+    [
+        (b"/payment/v1/charges", b"127.0.0.1:15001", (b"payment", b"/v1/charges")),
+        (b"/payment", b"", (b"payment", b"/")),
+        (b"/payment?x=1", b"", (b"payment", b"/?x=1")),
+        (b"/v1/charges", b"payment", (b"payment", b"/v1/charges")),
+        (b"/v1/charges", b"Payment:8080", (b"payment", b"/v1/charges")),
+        (b"http://payment/v1/x?y=2", b"payment", (b"payment", b"/v1/x?y=2")),
+        (b"http://payment:9000", b"", (b"payment", b"/")),
+        (b"HTTP://user@Payment:9000/a", b"", (b"payment", b"/a")),
+        (b"https://payment/x", b"", None),
+        (b"*", b"", None),
+    ],
+)
+def test_outbound_target_resolution(
+    target: bytes, host: bytes, expected: tuple[bytes, bytes] | None
+) -> None:
+    assert split_outbound_target(_request(target, host), {b"payment": object()}) == expected
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "endpoint"),
+    [
+        ("get", "/v1/charges/42", "GET /v1/charges/{id}"),
+        ("POST", "/v1/charges", "POST /v1/charges"),
+        ("GET", "/u/550e8400-e29b-41d4-a716-446655440000/cart?x=1", "GET /u/{id}/cart"),
+        ("GET", "/blobs/0123456789abcdef01", "GET /blobs/{id}"),
+        ("GET", "/blobs/cafe", "GET /blobs/cafe"),
+        ("GET", "/", "GET /"),
+        ("GET", "", "GET /"),
+    ],
+)
+def test_endpoint_hint_folds_ids(method: str, path: str, endpoint: str) -> None:
+    assert endpoint_hint(method, path) == endpoint
+    assert route_template(path) == endpoint.split(" ", 1)[1]
+
+
+def test_header_kinds_and_connection_tokens() -> None:
+    assert header_kind(b"Content-Length") == header_kind(b"content-length") != 0
+    assert header_kind(b"X-Custom") == 0
+    headers = [(b"X-Trace", b"1"), (b"X-Keep", b"2"), (b"Authorization", b"t")]
+    assert drop_connection_tokens(headers, [b"close, X-Trace", b" authorization "]) == [
+        (b"X-Keep", b"2")
+    ]
+    assert drop_connection_tokens(headers, [b"keep-alive"]) is headers
+
+
+def test_retry_budget_allows_a_ratio_plus_a_floor() -> None:
+    now = [0.0]
+    budget = RetryBudget(ratio=0.5, min_per_second=0.0, clock=lambda: now[0])
+    spent = 0
+    for _ in range(10):  # start full (cap 1), then earn half a retry per call
+        budget.deposit()
+        spent += budget.withdraw()
+    assert spent == 5
+    floor = RetryBudget(ratio=0.0, min_per_second=2.0, clock=lambda: now[0])
+    taken = sum(floor.withdraw() for _ in range(100))
+    assert taken == 20  # the initial bucket: ten seconds' worth
+    assert not floor.withdraw()
+    now[0] += 1.0
+    assert floor.withdraw() and floor.withdraw() and not floor.withdraw()
