@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -172,3 +173,18 @@ def test_slow_head_gets_408_and_idle_connections_close(
             data += idle.recv(65536)
         assert idle.recv(65536) == b""  # closed by the sidecar once idle
     assert httpx.get(sidecar.url("outbound") + "/payment/x").status_code == 200
+
+
+def test_lean_module_entry_point_validates_too(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "service: a\nlisten: {inbound: null}\nupstreams: {p: {url: 'http://h:1', timeout: 0}}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "cascadebreaker.sidecar", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "upstreams.p.timeout: must be > 0" in result.stderr
