@@ -238,6 +238,10 @@ def test_admin_endpoints(sidecar: SidecarProcess) -> None:
     assert "ccb_sidecar_rejections_total" in metrics
     assert "ccb_sidecar_call_duration_seconds_bucket" in metrics
     assert httpx.get(admin + "/nope").status_code == 404
+    with httpx.Client(timeout=10) as client:
+        head = client.head(admin + "/status")
+        assert (head.status_code, head.content) == (200, b"")
+        assert client.get(admin + "/healthz").json() == {"status": "ok"}  # same connection
     json.loads(httpx.get(admin + "/status").content)
 
 

@@ -131,6 +131,8 @@ class AdminHandler:
             reply = simple_response(200, generate_latest(self.registry), _PROMETHEUS_TEXT)
         else:
             reply = error_response(404, "not found", path=path.decode("latin-1"))
+        if request.method == b"HEAD":
+            reply = reply.partition(b"\r\n\r\n")[0] + b"\r\n\r\n"  # the head alone
         return FixedExchange(conn, request, lambda close: _with_close(reply, close))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections import deque
 from typing import Protocol, cast
@@ -28,6 +29,8 @@ from cascadebreaker.sidecar.wire import (
     error_response,
     header_kind,
 )
+
+log = logging.getLogger("cascadebreaker.sidecar")
 
 
 class RequestHead:
@@ -225,8 +228,11 @@ class ServerConnection(asyncio.Protocol):
             cause = exc.__context__
             if isinstance(cause, _BadRequest):
                 self._reject(cause.status, cause.message)
-            else:
+            elif cause is None:
                 self._reject(400, "bad request")
+            else:  # a bug, not the client's fault: say so, keep serving
+                log.error("error while handling a request", exc_info=cause)
+                self._reject(500, "internal error")
         except httptools.HttpParserError as exc:
             self._reject(400, f"malformed request: {exc}")
         else:

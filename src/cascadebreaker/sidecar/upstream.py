@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ from cascadebreaker.sidecar.wire import (
     header_kind,
     request_head,
 )
+
+log = logging.getLogger("cascadebreaker.sidecar")
 
 
 class UpstreamError(Exception):
@@ -223,7 +226,12 @@ class UpstreamConnection(asyncio.Protocol):
                 self._parser = httptools.HttpResponseParser(self)
                 self._complete()
             else:
-                detail = f"bad response: {exc.__context__ or exc}"
+                cause = exc.__context__
+                if cause is not None and not isinstance(cause, _BadResponse | ValueError):
+                    log.error(
+                        "error while handling a response from %s", self.pool.name, exc_info=cause
+                    )
+                detail = f"bad response: {cause or exc}"
                 self._fail(UpstreamProtocolError(self.pool.name, detail))
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamProtocolError(self.pool.name, "unexpected protocol upgrade"))
