@@ -302,3 +302,18 @@ def test_upstream_answering_before_the_body_ends(sidecar: SidecarProcess) -> Non
     with httpx.Client(timeout=10) as client:
         for i in range(5):
             assert client.get(sidecar.url("outbound") + f"/payment/n/{i}").text == f"ok /n/{i}"
+
+
+def test_mesh_shape_client_sidecar_to_server_sidecar(
+    sidecar_factory: Any, upstream: Upstream
+) -> None:
+    server = sidecar_factory({}, app=upstream.url, service="payment")
+    client = sidecar_factory({"payment": {"url": server.url("inbound"), "timeout": 5}})
+    with httpx.Client(timeout=10) as http:
+        response = http.post(client.url("outbound") + "/payment/echo", content=b"through two")
+        assert response.content == b"through two"
+        assert http.get(client.url("outbound") + "/payment/v1/x").text == "ok /v1/x"
+    vias = [v for k, v in upstream.state.requests[-1]["headers"] if k == "via"]
+    assert vias == ["1.1 checkout", "1.1 payment"]
+    assert client.status()["breakers"]["payment"]["calls"]["success"] == 2
+    assert server.status()["inbound"]["success"] == 2
