@@ -2,8 +2,9 @@
 
 Keys: one hash per breaker, ``ccb:<namespace>:<name>``, refreshed to expire after `key_ttl`.
 Channel: ``ccb:<namespace>``, carrying state changes (and "a failure run started") as JSON.
-Threads: one subscriber (keeps local views current, detects outages, resynchronises) and one
-flusher (batched outcomes, urgent trips and probe results) per store.
+Threads: one subscriber (redis_subscriber.py: keeps local views current, detects outages,
+resynchronises) and one flusher (here: batched outcomes, urgent trips and probe results) per
+store. Lua scripts live in lua/ (redis_scripts.py loads them); the slot is in redis_slot.py.
 See docs/redis.md for the consistency model and failure behaviour.
 """
 
