@@ -14,7 +14,8 @@ import pytest
 
 from cascadebreaker.cli import main
 from cascadebreaker.demo.launcher import pid_alive
-from tests.demo.conftest import eventually
+
+from .conftest import eventually
 
 pytestmark = pytest.mark.slow
 

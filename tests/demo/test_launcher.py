@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from cascadebreaker.demo.launcher import DemoSystem, LaunchError, pid_alive
-from tests.demo.conftest import FAST, eventually
+
+from .conftest import FAST, eventually
 
 pytestmark = pytest.mark.slow
 

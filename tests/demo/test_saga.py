@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.demo.conftest import DemoClient, eventually
+from .conftest import DemoClient, eventually
 
 pytestmark = pytest.mark.slow
 

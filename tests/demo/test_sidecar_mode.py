@@ -9,7 +9,8 @@ import pytest
 
 from cascadebreaker.demo.launcher import DemoSystem
 from cascadebreaker.demo.topology import Timings
-from tests.demo.conftest import DemoClient, eventually
+
+from .conftest import DemoClient, eventually
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("cascadebreaker.sidecar.command")
