@@ -39,3 +39,28 @@ def test_replicas_share_the_breaker(sidecar_factory: Any, redis_server: Any) -> 
     assert rejected.status_code == 503
     assert rejected.json()["circuitState"] == "open"
     assert second.status()["breakers"]["ledger"]["calls"]["connect"] == 0
+
+
+def test_probe_after_recovery_reaches_the_upstream(sidecar_factory: Any, redis_server: Any) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    sidecar: SidecarProcess = sidecar_factory(
+        {
+            "ledger": {
+                "url": dead,
+                "timeout": 1,
+                "breaker": {"failure_threshold": 1, "recovery_timeout": 0.5},
+            }
+        },
+        store=redis_server.url,
+        service="probe-check",
+    )
+    with httpx.Client(timeout=10) as client:
+        assert client.get(sidecar.url("outbound") + "/ledger/x").status_code == 502
+        assert client.get(sidecar.url("outbound") + "/ledger/x").status_code == 503
+        # Once the open wait is over, a probe is admitted (through the shared store) and
+        # reaches the still-dead upstream: 502 again rather than a rejection.
+        deadline = time.monotonic() + 15
+        while client.get(sidecar.url("outbound") + "/ledger/x").status_code != 502:
+            assert time.monotonic() < deadline, "no probe was ever admitted"
+            time.sleep(0.05)
+    assert sidecar.status()["breakers"]["ledger"]["calls"]["connect"] == 2

@@ -7,11 +7,12 @@ upstream connection feeds the response back, backpressure is passed across both 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cascadebreaker import CircuitOpenError
+from cascadebreaker import CircuitOpenError, State
 from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
 from cascadebreaker.sidecar.upstream import (
@@ -31,6 +32,8 @@ from cascadebreaker.sidecar.wire import (
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.routes import Route
     from cascadebreaker.sidecar.runtime import SidecarRuntime
+
+log = logging.getLogger("cascadebreaker.sidecar")
 
 ReplyBuilder = Callable[[bool], bytes]
 """Builds a complete response; the argument says whether it must close the connection."""
@@ -193,10 +196,10 @@ class ProxyExchange(FixedExchange):
                 return
             if info.reroute is not None and info.reroute in runtime.routes:
                 self.route = runtime.routes[info.reroute]  # the primary's alternative
-        if not self._acquire():
-            return
-        self.route.budget.deposit()
-        self._dispatch()
+        if self.route.retry_attempts:
+            self.route.budget.deposit()
+        if self._acquire():
+            self._dispatch()
 
     def request_body(self, data: bytes) -> None:
         """Stream to the upstream (or hold until it is connected)."""
@@ -354,15 +357,39 @@ class ProxyExchange(FixedExchange):
 
     # -- internals --------------------------------------------------------------------------
     def _acquire(self) -> bool:
-        breaker = self.route.breaker
+        """True: admitted, go on. False: answered, or the admission continues in a callback."""
+        route = self.route
+        breaker = route.breaker
         if breaker is None:
             return True
+        if route.shared_store and breaker.state is not State.CLOSED:
+            # Off the closed path a shared store may ask Redis: never on the event loop.
+            task = route.pool.loop.create_task(breaker.aacquire())
+            task.add_done_callback(self._admitted)
+            return False
         try:
             self.permit = breaker.acquire()
         except CircuitOpenError as exc:
-            self._reject(rejection_for_open_circuit(self.route.name, exc))
+            self._reject(rejection_for_open_circuit(route.name, exc))
             return False
         return True
+
+    def _admitted(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if self.finished:  # the client left meanwhile
+            if error is None:
+                task.result().ignore()
+            return
+        if isinstance(error, CircuitOpenError):
+            self._reject(rejection_for_open_circuit(self.route.name, error))
+        elif error is not None:
+            log.error("breaker admission failed for %s", self.route.name, exc_info=error)
+            self.reply(lambda close: error_response(500, "internal error", close))
+        else:
+            self.permit = task.result()
+            self._dispatch()
 
     def _reject(self, rejection: Rejection) -> None:
         self.route.stats.count("rejected")

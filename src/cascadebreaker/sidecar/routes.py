@@ -55,6 +55,7 @@ class Route:
         "pool",
         "retry_attempts",
         "retry_statuses",
+        "shared_store",
         "stats",
         "timeout",
     )
@@ -74,6 +75,8 @@ class Route:
         self.failure_table = failure_table
         self.timeout = timeout
         self.stats = RouteStats()
+        # Set when the breaker lives in a shared store (admission off the closed path is async).
+        self.shared_store = False
         retries = retries or RetryConfig()
         self.retry_attempts = retries.attempts
         self.retry_statuses = frozenset(retries.on_statuses)

@@ -97,6 +97,7 @@ class SidecarRuntime:
                 store=self.store,
             )
             self.routes[name] = Route.from_config(name, up, self.client.pool(name), breaker)
+            self.routes[name].shared_store = config.store != "memory"
         self.routes_by_host = {name.lower().encode(): route for name, route in self.routes.items()}
         self.app_route: Route | None = None
         if config.app is not None:
@@ -180,7 +181,7 @@ class SidecarRuntime:
                 ]
         assert route.breaker is not None
         try:
-            permit = route.breaker.acquire()
+            permit = await route.breaker.aacquire()  # a shared store may ask Redis
         except CircuitOpenError as exc:
             route.stats.count("rejected")
             raise CallRejected(upstream, rejection_for_open_circuit(upstream, exc)) from None
