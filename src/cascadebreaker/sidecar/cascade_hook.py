@@ -69,12 +69,28 @@ class CascadeRejection(Rejection):
         return json_response(self.status, self.body, extra, close=close)
 
 
+# Every header the cascade reads (learning, trust, trace context).
+_READ = {
+    name.encode(): name
+    for name in (
+        HOP_HEADER,
+        SERVING_ENDPOINT_HEADER,
+        OPTIONAL_HEADER,
+        "traceparent",
+        "b3",
+        "x-b3-traceid",
+        "x-b3-spanid",
+        "x-request-id",
+    )
+}
+
+
 def _getter(headers: RawHeaders) -> Any:
-    """A lower-case header dict built once per request (first value wins)."""
+    """The headers the cascade reads, as a dict built once per request (first value wins)."""
     found: dict[str, str] = {}
     for name, value in headers:
-        key = name.decode("latin-1").lower()
-        if key not in found:
+        key = _READ.get(name) or _READ.get(name.lower())
+        if key is not None and key not in found:
             found[key] = value.decode("latin-1")
     return found.get
 
@@ -97,6 +113,11 @@ class CascadeHook:
         self.learning = node.config.learning
         self.alternatives = node.config.alternatives
         self._wall = node.learner._wall
+        # The path prefix each upstream's URL adds: the hop token binds the path as forwarded.
+        self._base_paths = {
+            name: route.pool.target.base_path.decode("latin-1")
+            for name, route in self.runtime.routes.items()
+        }
 
     def on_request(self, info: RequestInfo) -> Rejection | None:
         """Refuse, learn, strip or add headers, reroute."""
@@ -183,8 +204,7 @@ class CascadeHook:
             body["endpoint"] = str(callee)
             return CascadeRejection(body, refusal, self._wall())
         _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
-        route = self.runtime.routes.get(upstream)
-        base = route.pool.target.base_path.decode("latin-1") if route is not None else ""
+        base = self._base_paths.get(upstream, "")
         token = self.learner.hop_token(info.method, base + info.path, get)
         info.add_headers.append((_HOP, token.encode("latin-1")))
         return None

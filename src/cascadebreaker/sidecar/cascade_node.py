@@ -20,7 +20,6 @@ from cascadebreaker.cascade import (
     AvailabilityUpdate,
     DependencyGraph,
     Endpoint,
-    HopTrust,
     Learner,
     RouteTemplates,
     TraceTable,
@@ -28,6 +27,7 @@ from cascadebreaker.cascade import (
     load_secret,
 )
 from cascadebreaker.sidecar.cascade_config import CascadeConfig
+from cascadebreaker.sidecar.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.propagation import PeerWatchers, WatchHub
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class CascadeNode:
             self.table,
             self.templates,
             TraceTable(time.monotonic),
-            HopTrust(self.secret),
+            MemoHopTrust(self.secret),
             wall_clock=time.time,
             learn_from_traces=config.learn_from_traces,
         )
