@@ -13,6 +13,7 @@ from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint
 from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.config import ConfigError, parse_config
 from cascadebreaker.sidecar.grpc_api import WatchSubscription
+from cascadebreaker.sidecar.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.propagation import WatchHub, peer_host
 from cascadebreaker.sidecar.runtime import SidecarRuntime
 
@@ -137,3 +138,23 @@ async def test_hub_streams_current_state_then_live_updates_with_a_filter() -> No
     await asyncio.gather(*tasks)
     assert got == [1, 2, 3]
     assert got_other == []
+
+
+def test_memoised_hop_tokens_stay_bound_to_their_request_and_time() -> None:
+    trust = MemoHopTrust(b"s", max_skew=60)
+    now = time.time()
+    token = trust.issue("checkout", now, "GET /x||")
+    assert trust.issue("checkout", now, "GET /x||") == token
+    assert trust.check(token, peer_host="10.0.0.1", now=now, material="GET /x||").trusted
+    # Remembered, yet still bound to the material and to the clock.
+    assert trust.check(token, peer_host="10.0.0.1", now=now, material="GET /y||").trusted is False
+    assert (
+        trust.check(token, peer_host="10.0.0.1", now=now + 120, material="GET /x||").trusted
+        is False
+    )
+    forged = token[:-1] + ("1" if token.endswith("0") else "0")
+    assert not trust.check(forged, peer_host="10.0.0.1", now=now, material="GET /x||").trusted
+    unsigned = MemoHopTrust(None)
+    token = unsigned.issue("checkout", now)
+    assert unsigned.check(token, peer_host="127.0.0.1", now=now).trusted
+    assert unsigned.check(token, peer_host="10.0.0.1", now=now).trusted is False
