@@ -54,6 +54,7 @@ class ModeResult:
     p50: list[float] = field(default_factory=list)
     p99: list[float] = field(default_factory=list)
     rps: list[float] = field(default_factory=list)
+    cpu_us: list[float] = field(default_factory=list)  # per request, mean of the two sidecars
     errors: int = 0
 
 
@@ -137,8 +138,11 @@ def measure(pairs: list[Pair], rounds: int, seconds: float, workdir: Path) -> di
         run_wrk(pair.client.port, 1, workdir)  # warm-up: connections, caches, the edge
     for _ in range(rounds):
         for pair in pairs:
+            cpu = pair.client.cpu_seconds() + pair.server.cpu_seconds()
             data = run_wrk(pair.client.port, seconds, workdir)
+            cpu = pair.client.cpu_seconds() + pair.server.cpu_seconds() - cpu
             result = results[pair.mode]
+            result.cpu_us.append(cpu / max(data["requests"], 1) / 2 * 1e6)
             result.p50.append(float(data["p50"]))
             result.p99.append(float(data["p99"]))
             result.rps.append(data["requests"] / (data["duration_us"] / 1e6))
@@ -153,6 +157,7 @@ def summary(results: dict[str, ModeResult]) -> dict[str, dict[str, float]]:
             "p50": median(r.p50),
             "p99": median(r.p99),
             "rps": median(r.rps),
+            "cpu_us": median(r.cpu_us),
             "errors": float(r.errors),
         }
         for mode, r in results.items()

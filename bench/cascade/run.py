@@ -54,15 +54,18 @@ def propagation_table(trips: propagation.Trips) -> list[str]:
 def learning_table(summary: dict[str, dict[str, float]]) -> list[str]:
     """Markdown rows: mode, p50/p99 µs, rps, added p50 per hop vs no cascade."""
     base = summary["no cascade"]["p50"]
+    base_cpu = summary["no cascade"]["cpu_us"]
     rows = [
-        "| mode (2 sidecar hops) | p50 µs | p99 µs | req/s | added p50 per hop µs | errors |",
-        "|---|---|---|---|---|---|",
+        "| mode (2 sidecar hops) | p50 µs | p99 µs | req/s | added p50 per hop µs "
+        "| CPU µs per request per sidecar | added CPU per hop µs | errors |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for mode, s in summary.items():
         added = (s["p50"] - base) / 2
         rows.append(
             f"| {mode} | {s['p50']:.0f} | {s['p99']:.0f} | {s['rps']:.0f} | "
-            f"{added:+.0f} | {s['errors']:.0f} |"
+            f"{added:+.0f} | {s['cpu_us']:.0f} | {s['cpu_us'] - base_cpu:+.0f} | "
+            f"{s['errors']:.0f} |"
         )
     return rows
 
@@ -113,7 +116,8 @@ def render(
         "",
         "wrk → client sidecar (outbound) → server sidecar (inbound) → nginx, with "
         "`traceparent` and `ccb-serving-endpoint` on every request. *Added per hop* is half "
-        "the p50 difference to the same pair without the cascade.",
+        "the p50 difference to the same pair without the cascade; CPU comes from /proc "
+        "(user + system of both sidecars over the run, per request, halved).",
         "",
         *learning_table(summary),
         "",
