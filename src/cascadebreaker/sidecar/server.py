@@ -86,6 +86,8 @@ class SidecarServer:
         """Stop accepting, let in-flight requests finish within the grace period, close."""
         if self.runtime is not None:
             self.runtime.ready = False
+            if self.runtime.cascade is not None:
+                self.runtime.cascade.hub.close()  # Watch streams never end on their own
         for server in self.servers.values():
             server.close()
         grace = self.config.shutdown_grace
