@@ -125,6 +125,10 @@ def test_no_early_refusals_while_healthy(shop: Shop) -> None:
         assert sidecar.refused_early() == 0
         assert sidecar.cascade()["unavailable"] == []
     assert shop.sidecars["A"].available("GET /a")
+    # The sidecar-to-sidecar response header stops at the caller's sidecar.
+    response = get(shop.sidecars["A"].url("outbound") + "/B/b2")
+    assert response.status_code == 200
+    assert "ccb-sidecar-grpc" not in response.headers
 
 
 def test_chain_refuses_early_and_recovers(shop: Shop) -> None:

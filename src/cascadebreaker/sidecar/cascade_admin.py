@@ -108,6 +108,6 @@ class CascadeCollector(Collector):
         edges = GaugeMetricFamily("ccb_cascade_edges", "Edges in the dependency graph")
         edges.add_metric([], len(node.graph))
         peers = GaugeMetricFamily("ccb_cascade_peers", "Watch streams", labels=["side"])
-        peers.add_metric(["subscribed"], len(node.peers.connected))
+        peers.add_metric(["subscribed"], len(node.peers.peers))
         peers.add_metric(["subscribers"], node.hub.subscribers)
         yield from (sent, received, accepted, rejected, refused, gauges, edges, peers)

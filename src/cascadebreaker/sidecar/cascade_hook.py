@@ -136,9 +136,11 @@ class CascadeHook:
             if from_sidecar and self.node.advertise is not None and outcome != "rejected":
                 info.response_headers.append((_GRPC, self.node.advertise))
             return
-        for name, value in info.response_headers:
+        headers = info.response_headers
+        for index, (name, value) in enumerate(headers):
             if name.lower() == _GRPC:
                 self.node.peer_seen(info.reroute or info.target, value.decode("latin-1"))
+                del headers[index]  # for sidecars only; the app never sees it
                 break
 
     # -- inbound ----------------------------------------------------------------------------

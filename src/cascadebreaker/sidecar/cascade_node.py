@@ -231,7 +231,8 @@ class CascadeNode:
             "unavailable": snapshot["unavailable"],
             "edges": snapshot["edges"],
             "peers": {upstream: sorted(addresses) for upstream, addresses in self.peer_of.items()},
-            "connectedPeers": sorted(self.peers.connected),
+            "watching": self.peers.peers,  # Watch subscriptions held (or reconnecting)
+            "reconnects": self.peers.reconnects,
             "subscribers": self.hub.subscribers,
             "redis": None if self.redis is None else {"connected": self.redis.connected},
             "updates": {

@@ -119,7 +119,6 @@ class PeerWatchers:
         self._loopback_only = loopback_only
         self._on_malformed = on_malformed
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self.connected: set[str] = set()
         self.reconnects = 0
 
     @property
@@ -150,8 +149,6 @@ class PeerWatchers:
             try:
                 stream = watch_updates(channel, self.service, (), since, on_malformed=self._bad)
                 async for update in stream:
-                    if address not in self.connected:
-                        self.connected.add(address)
                     delay = _BACKOFF_FIRST
                     since = max(since, update.version)
                     self._receive(update, address)
@@ -163,7 +160,6 @@ class PeerWatchers:
             except Exception:
                 log.exception("Watch %s failed", address)
             finally:
-                self.connected.discard(address)
                 await channel.close(None)
             self.reconnects += 1
             await asyncio.sleep(delay * (0.5 + random.random()))
