@@ -9,7 +9,12 @@ import grpc
 import pytest
 
 from cascadebreaker import State
-from cascadebreaker.sidecar.grpc_api import REJECTION_METADATA, UPSTREAM_ERROR_METADATA
+from cascadebreaker.sidecar.config import HostPort
+from cascadebreaker.sidecar.grpc_api import (
+    REJECTION_METADATA,
+    UPSTREAM_ERROR_METADATA,
+    start_grpc_server,
+)
 from cascadebreaker.sidecar.grpc_messages import FOREVER_MS
 from cascadebreaker.sidecar.hooks import Rejection, RequestInfo
 from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
@@ -259,3 +264,24 @@ async def test_cascade_refusal_carries_the_cause_chain(grpc_sidecar: GrpcSidecar
         ("ledger", "POST /v1/entries", "circuit open"),
         ("payment", "POST /doomed", "requires ledger"),
     ]
+
+
+async def test_a_taken_port_is_an_error_naming_the_listener(grpc_sidecar: GrpcSidecar) -> None:
+    """gRPC would share a port silently (SO_REUSEPORT); the sidecar refuses to start instead."""
+    config = grpc_sidecar.runtime.config
+    taken = config.model_copy(
+        update={
+            "listen": config.listen.model_copy(
+                update={"grpc": HostPort(host="127.0.0.1", port=grpc_sidecar.server.port)}
+            )
+        }
+    )
+    with pytest.raises(OSError, match=r"listen\.grpc"):
+        await start_grpc_server(taken, grpc_sidecar.runtime)
+
+
+async def test_a_disabled_listener_starts_nothing(grpc_sidecar: GrpcSidecar) -> None:
+    """`listen.grpc: null` means no gRPC server."""
+    config = grpc_sidecar.runtime.config
+    off = config.model_copy(update={"listen": config.listen.model_copy(update={"grpc": None})})
+    assert await start_grpc_server(off, grpc_sidecar.runtime) is None
