@@ -8,6 +8,7 @@ import logging
 import sys
 from typing import Any
 
+from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.config import ConfigError, SidecarConfig, load_config
 
 
@@ -22,6 +23,7 @@ def run_command(args: argparse.Namespace) -> int:
     """Load the config (exit 2 when invalid) and serve until SIGTERM (exit 0)."""
     try:
         config = load_config(args.config)
+        parse_cascade_config(config.cascade)  # the `cascade:` section has its own model
     except ConfigError as exc:
         print(f"ccb sidecar: invalid config {args.config}: {exc}", file=sys.stderr)
         return 2
