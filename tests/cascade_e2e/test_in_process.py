@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +161,17 @@ def test_memoised_hop_tokens_stay_bound_to_their_request_and_time() -> None:
     token = unsigned.issue("checkout", now)
     assert unsigned.check(token, peer_host="127.0.0.1", now=now).trusted
     assert unsigned.check(token, peer_host="10.0.0.1", now=now).trusted is False
+
+
+def test_the_cli_refuses_a_bad_cascade_section(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("service: x\nlisten: {inbound: null}\ncascade: {peers: {a: nope}}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "cascadebreaker.cli", "sidecar", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "cascade.peers: must be host:port" in done.stderr

@@ -102,4 +102,5 @@ def parse_cascade_config(data: dict[str, Any] | None) -> CascadeConfig:
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in ("cascade", *error["loc"]))
-        raise ConfigError(f"{where}: {error['msg']}") from None
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{where}: {message}") from None
