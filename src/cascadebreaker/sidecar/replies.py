@@ -1,0 +1,91 @@
+"""Replies the sidecar makes itself: the open-circuit 503, and exchanges with a ready answer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from cascadebreaker.sidecar.hooks import Rejection
+from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
+
+ReplyBuilder = Callable[[bool], bytes]
+"""Builds a complete response; the argument says whether it must close the connection."""
+
+# A reply may wait for a request body this small to arrive (keeping the connection alive);
+# bigger bodies get the reply at once and the connection closed.
+_DEFER_BODY_LIMIT = 65536
+
+
+def rejection_for_open_circuit(upstream: str, error: Any) -> Rejection:
+    """The 503 reply for an open breaker (from a CircuitOpenError)."""
+    retry_after: float | None = float(getattr(error, "retry_after", 0.0) or 0.0)
+    if retry_after is not None and not math.isfinite(retry_after):
+        retry_after = None  # forced open: no promise of when
+    state = getattr(error, "state", "open")
+    return Rejection(
+        {
+            "error": "circuit open",
+            "upstream": upstream,
+            "circuitState": str(getattr(state, "value", state)).lower(),
+            "retryAfter": None if retry_after is None else round(retry_after, 3),
+        },
+        status=503,
+        retry_after=retry_after,
+    )
+
+
+class FixedExchange:
+    """Answers with a ready response, after the (small) request body has been read."""
+
+    __slots__ = ("_deferred", "conn", "finished", "request", "request_done")
+
+    def __init__(
+        self, conn: ServerConnection, request: RequestHead, reply: ReplyBuilder | None = None
+    ) -> None:
+        self.conn = conn
+        self.request = request
+        self.request_done = not request.has_body
+        self.finished = False
+        self._deferred: ReplyBuilder | None = reply
+
+    def start(self) -> None:
+        """Reply now if the request is complete (else at request_end)."""
+        if self._deferred is not None:
+            reply = self._deferred
+            self._deferred = None
+            self.reply(reply)
+
+    def reply(self, build: ReplyBuilder) -> None:
+        """Send a complete response, waiting for a small request body first."""
+        self.finished = True
+        if self.request_done:
+            keep_alive = self.request.keep_alive and not self.conn.tracker.draining
+            self.conn.write(build(not keep_alive))
+            self.conn.response_done(self, keep_alive)
+            return
+        length = self.request.content_length
+        if length is not None and int(length) <= _DEFER_BODY_LIMIT:
+            self._deferred = build
+        else:
+            self.conn.write(build(True))
+            self.conn.response_done(self, False)
+
+    def request_body(self, data: bytes) -> None:
+        """Discarded."""
+
+    def request_end(self) -> None:
+        """Send a reply that waited for the body."""
+        self.request_done = True
+        if self.finished and self._deferred is not None:
+            build = self._deferred
+            self._deferred = None
+            self.reply(build)
+
+    def downstream_writable(self, writable: bool) -> None:
+        """Nothing streams."""
+
+    def connection_lost(self) -> None:
+        """Nothing to clean up."""
+        self.finished = True
+        self._deferred = None

@@ -1,0 +1,458 @@
+"""Keep-alive connections to one upstream: the callback-level HTTP/1.1 exchange and its pool.
+
+The proxy's hot path: `UpstreamPool.acquire_nowait()` / `connect()`, then
+`UpstreamConnection.send(...)` with a `ResponseSink` that receives the response as it streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterable
+from typing import Protocol, cast
+
+import httptools
+
+from cascadebreaker.sidecar.upstream_model import (
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamReset,
+    UpstreamTarget,
+    UpstreamTimeout,
+)
+from cascadebreaker.sidecar.wire import (
+    CONNECTION,
+    CONTENT_LENGTH,
+    END_TO_END,
+    EXPECT,
+    HEADER_KINDS,
+    HOST,
+    TRANSFER_ENCODING,
+    RawHeaders,
+    drop_connection_tokens,
+    header_kind,
+)
+
+log = logging.getLogger("cascadebreaker.sidecar")
+
+
+class ResponseSink(Protocol):
+    """Receives one upstream response as it streams in (callbacks run on the event loop)."""
+
+    def response_head(
+        self,
+        status: int,
+        reason: bytes,
+        headers: RawHeaders,
+        chunked: bool,
+        content_length: int | None,
+    ) -> None:
+        """The status line and headers arrived (`content_length` None: chunked or until close)."""
+
+    def response_body(self, data: bytes) -> None:
+        """A piece of the (de-chunked) response body."""
+
+    def response_end(self) -> None:
+        """The response is complete."""
+
+    def response_failed(self, error: UpstreamError) -> None:
+        """The exchange failed; after `response_head` this means the body was cut short."""
+
+    def upstream_writable(self, writable: bool) -> None:
+        """Backpressure on the request body: stop (False) or resume (True) sending it."""
+
+
+class _BadResponse(Exception):
+    """Raised from the parser callbacks on a response the proxy must not pass on."""
+
+
+class _HeadResponseDone(Exception):
+    """Raised from the parser to stop after the head of a response to HEAD."""
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection to an upstream; one exchange at a time."""
+
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.loop = pool.loop
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._sink: ResponseSink | None = None
+        self._headers: RawHeaders = []
+        self._length: list[bytes] = []
+        self._chunked = False
+        self._connection: list[bytes] = []
+        self._reason = b""
+        self._head_seen = False
+        self._bytes_seen = False
+        self._keep_alive = True
+        self._until_close = False
+        self._head_request = False
+        self._timeout = 0.0
+        self._last_activity = 0.0
+        self._watch = pool.watch
+        self._reading_paused = False
+        self._request_complete = True
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport; Nagle off (small heads must leave at once)."""
+        # uvloop's transports do not subclass asyncio.Transport, hence a cast, not a check.
+        transport = cast(asyncio.Transport, transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not TCP
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        """Feed the response parser."""
+        if self._sink is None:
+            self._abandon()  # bytes nobody asked for: the connection is unusable
+            return
+        self._last_activity = self.loop.time()
+        self._bytes_seen = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadResponseDone):
+                self._parser = httptools.HttpResponseParser(self)
+                self._complete()
+            else:
+                cause = exc.__context__
+                if cause is not None and not isinstance(cause, _BadResponse | ValueError):
+                    log.error(
+                        "error while handling a response from %s", self.pool.name, exc_info=cause
+                    )
+                detail = f"bad response: {cause or exc}"
+                self._fail(UpstreamProtocolError(self.pool.name, detail))
+        except httptools.HttpParserUpgrade:
+            self._fail(UpstreamProtocolError(self.pool.name, "unexpected protocol upgrade"))
+        except httptools.HttpParserError as exc:
+            self._fail(UpstreamProtocolError(self.pool.name, f"bad response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        """A response delimited by connection close ends here."""
+        if self._sink is not None and self._head_seen and self._until_close:
+            self._keep_alive = False
+            self._complete()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail the exchange in progress, if any, and leave the pool."""
+        self.closed = True
+        self.pool.discard(self)
+        if self._sink is not None:
+            if self._head_seen and self._until_close:
+                self._keep_alive = False
+                self._complete()
+            else:
+                detail = "connection reset" if exc else "connection closed by upstream"
+                self._fail(
+                    UpstreamReset(
+                        self.pool.name,
+                        detail,
+                        reused=self.reused,
+                        response_started=self._bytes_seen,
+                    )
+                )
+
+    def pause_writing(self) -> None:
+        """The upstream is not taking the request body fast enough."""
+        if self._sink is not None:
+            self._sink.upstream_writable(False)
+
+    def resume_writing(self) -> None:
+        """The upstream drained its buffer; go on sending."""
+        if self._sink is not None:
+            self._sink.upstream_writable(True)
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_status(self, reason: bytes) -> None:
+        """Part of the reason phrase."""
+        self._reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One response header: end-to-end ones are kept, framing ones noted, hop-by-hop dropped."""
+        kind = HEADER_KINDS.get(name)
+        if kind is None:
+            kind = header_kind(name)
+        if kind in (END_TO_END, HOST, EXPECT):
+            self._headers.append((name, value))
+        elif kind == CONTENT_LENGTH:
+            self._length.append(value)
+        elif kind == TRANSFER_ENCODING:
+            self._chunked = b"chunked" in value.lower()
+        elif kind == CONNECTION:
+            self._connection.append(value)
+
+    def on_headers_complete(self) -> None:
+        """Pass the head on; work out how the body is delimited."""
+        status = self._parser.get_status_code()
+        headers = self._headers
+        self._headers = []
+        reason = self._reason
+        self._reason = b""
+        lengths = self._length
+        chunked = self._chunked
+        if lengths:
+            self._length = []
+        self._chunked = False
+        if self._connection:
+            headers = drop_connection_tokens(headers, self._connection)
+            self._connection = []
+        if status < 200:
+            return  # interim (100 Continue): the sidecar answered Expect itself
+        self._head_seen = True
+        self._keep_alive = self._parser.should_keep_alive()
+        length: int | None = None
+        if lengths and not chunked:
+            if len(set(lengths)) > 1 or not lengths[0].strip().isdigit():
+                raise _BadResponse("invalid content-length")
+            length = int(lengths[0])
+        no_body = self._head_request or status == 204 or status == 304
+        self._until_close = not no_body and not chunked and length is None
+        sink = self._sink
+        assert sink is not None
+        sink.response_head(status, reason, headers, chunked, length)
+        if self._head_request:
+            raise _HeadResponseDone
+
+    def on_body(self, body: bytes) -> None:
+        """A piece of the body."""
+        if self._sink is not None:
+            self._sink.response_body(body)
+
+    def on_message_complete(self) -> None:
+        """The response is whole."""
+        if self._head_seen:
+            self._complete()
+
+    # -- exchange ---------------------------------------------------------------------------
+    def send(
+        self,
+        head: bytes,
+        sink: ResponseSink,
+        timeout: float,
+        head_request: bool = False,
+        body: bytes = b"",
+        complete: bool = True,
+    ) -> None:
+        """Start an exchange: write the request head (and a whole body, if given).
+
+        `complete=False` says more request body follows (`write`, then `end_request`).
+        """
+        assert self.transport is not None
+        assert self._sink is None
+        self._sink = sink
+        self._request_complete = complete
+        self._head_seen = False
+        self._bytes_seen = False
+        self._head_request = head_request
+        self._timeout = timeout
+        now = self.loop.time()
+        self._last_activity = now
+        self._watch.add(self)
+        if body:
+            self.transport.writelines((head, body))
+        else:
+            self.transport.write(head)
+
+    def write(self, data: bytes) -> None:
+        """Send more of the request body (already framed by the caller)."""
+        if self.transport is not None and not self.closed:
+            self._last_activity = self.loop.time()
+            self.transport.write(data)
+
+    def writelines(self, pieces: Iterable[bytes]) -> None:
+        """Send several pieces of the request body."""
+        if self.transport is not None and not self.closed:
+            self._last_activity = self.loop.time()
+            self.transport.writelines(pieces)
+
+    def end_request(self) -> None:
+        """The whole request body has been written."""
+        self._request_complete = True
+
+    def pause_reading(self) -> None:
+        """Stop reading the response (the client is slow); the timeout does not run meanwhile."""
+        if self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read the response again."""
+        if self.transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self._last_activity = self.loop.time()
+            self.transport.resume_reading()
+
+    def abort(self) -> None:
+        """Drop the exchange (the client went away): close without notifying the sink."""
+        self._sink = None
+        self._abandon()
+
+    def close(self) -> None:
+        """Close an idle connection."""
+        self._abandon()
+
+    # -- internals --------------------------------------------------------------------------
+    def check_timeout(self, now: float) -> None:
+        """Called by the pool's watch: fail the exchange if the upstream stalled too long."""
+        if self._sink is None:
+            self._watch.busy.discard(self)
+            return
+        if self._reading_paused:
+            self._last_activity = now  # the client is slow, not the upstream
+            return
+        if now - self._last_activity >= self._timeout:
+            what = "response body stalled" if self._head_seen else "no response"
+            self._fail(
+                UpstreamTimeout(
+                    self.pool.name,
+                    f"{what} within {self._timeout:g}s",
+                    response_started=self._bytes_seen,
+                )
+            )
+
+    def _complete(self) -> None:
+        sink = self._sink
+        self._sink = None
+        self._watch.busy.discard(self)
+        # An upstream may answer before reading the whole request body; the rest was never
+        # sent, so the connection is out of step and must not be reused.
+        if self._keep_alive and self._request_complete and not self.closed:
+            self.reused = True
+            self.pool.release(self)
+        else:
+            self._abandon()
+        if sink is not None:
+            sink.response_end()
+
+    def _fail(self, error: UpstreamError) -> None:
+        sink = self._sink
+        self._sink = None
+        self._abandon()
+        if sink is not None:
+            sink.response_failed(error)
+
+    def _abandon(self) -> None:
+        self._watch.busy.discard(self)
+        if not self.closed:
+            self.closed = True
+            self.pool.discard(self)
+            if self.transport is not None:
+                self.transport.close()
+
+
+class TimeoutWatch:
+    """Checks busy connections for stalls every `resolution` seconds.
+
+    One periodic check per pool instead of a timer armed and cancelled per request (which costs
+    more than the rest of the exchange's bookkeeping); timeouts fire up to `resolution` late.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
+        self.loop = loop
+        self.resolution = resolution
+        self.busy: set[UpstreamConnection] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, conn: UpstreamConnection) -> None:
+        """Watch a connection that just started an exchange."""
+        self.busy.add(conn)
+        if self._handle is None:
+            self._handle = self.loop.call_later(self.resolution, self._tick)
+
+    def _tick(self) -> None:
+        self._handle = None
+        now = self.loop.time()
+        for conn in list(self.busy):
+            conn.check_timeout(now)
+        if self.busy:
+            self._handle = self.loop.call_later(self.resolution, self._tick)
+
+    def close(self) -> None:
+        """Stop checking."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.busy.clear()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to one upstream (most recently used first)."""
+
+    def __init__(self, target: UpstreamTarget, loop: asyncio.AbstractEventLoop) -> None:
+        self.target = target
+        self.name = target.name
+        self.loop = loop
+        self._idle: list[UpstreamConnection] = []
+        self._all: set[UpstreamConnection] = set()
+        self.watch = TimeoutWatch(loop, max(0.005, min(0.05, target.timeout / 20)))
+
+    @property
+    def idle_count(self) -> int:
+        """Connections waiting for their next exchange."""
+        return len(self._idle)
+
+    @property
+    def open_count(self) -> int:
+        """All open connections, busy or idle."""
+        return len(self._all)
+
+    def acquire_nowait(self) -> UpstreamConnection | None:
+        """An idle connection, or None when a new one must be made with `connect()`."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def connect(self) -> UpstreamConnection:
+        """Open a new connection (raises UpstreamConnectError / UpstreamTimeout)."""
+        target = self.target
+        try:
+            async with asyncio.timeout(target.connect_timeout):
+                _, conn = await self.loop.create_connection(
+                    lambda: UpstreamConnection(self), target.host, target.port
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                self.name, f"connect timed out after {target.connect_timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise UpstreamConnectError(self.name, exc.strerror or str(exc)) from None
+        self._all.add(conn)
+        return conn
+
+    async def acquire(self) -> UpstreamConnection:
+        """An idle connection, or a new one."""
+        return self.acquire_nowait() or await self.connect()
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Return a connection whose exchange completed cleanly."""
+        if len(self._idle) < self.target.max_idle:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def discard(self, conn: UpstreamConnection) -> None:
+        """Forget a closed connection."""
+        self._all.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        """Close every connection (idle and busy)."""
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+        self.watch.close()
