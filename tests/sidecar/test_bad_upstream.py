@@ -84,10 +84,13 @@ def sidecar(
         process.process.stderr.close()
 
 
+_CLIENT = httpx.Client(timeout=10)  # one client: building one per call costs more than a call
+
+
 def call(sidecar: SidecarProcess) -> httpx.Response | None:
     """One GET through the sidecar; None when the response was cut off."""
     try:
-        return httpx.get(sidecar.url("outbound") + "/weird/x", timeout=10)
+        return _CLIENT.get(sidecar.url("outbound") + "/weird/x")
     except httpx.HTTPError:
         return None
 
