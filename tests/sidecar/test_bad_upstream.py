@@ -84,13 +84,17 @@ def sidecar(
         process.process.stderr.close()
 
 
-_CLIENT = httpx.Client(timeout=10)  # one client: building one per call costs more than a call
+@pytest.fixture(scope="module")
+def client() -> Iterator[httpx.Client]:
+    """One client for the module: building one per call costs more than the call."""
+    with httpx.Client(timeout=10) as http:
+        yield http
 
 
-def call(sidecar: SidecarProcess) -> httpx.Response | None:
+def call(sidecar: SidecarProcess, client: httpx.Client) -> httpx.Response | None:
     """One GET through the sidecar; None when the response was cut off."""
     try:
-        return _CLIENT.get(sidecar.url("outbound") + "/weird/x")
+        return client.get(sidecar.url("outbound") + "/weird/x")
     except httpx.HTTPError:
         return None
 
@@ -108,10 +112,10 @@ def call(sidecar: SidecarProcess) -> httpx.Response | None:
     ],
 )
 def test_unusable_reply_is_502(
-    sidecar: SidecarProcess, scripted: ScriptedUpstream, reply: bytes
+    sidecar: SidecarProcess, scripted: ScriptedUpstream, client: httpx.Client, reply: bytes
 ) -> None:
     scripted.reply = reply
-    response = call(sidecar)
+    response = call(sidecar, client)
     assert response is not None
     assert response.status_code == 502
     assert response.json()["upstream"] == "weird"
@@ -119,23 +123,23 @@ def test_unusable_reply_is_502(
 
 
 def test_body_cut_short_is_cut_for_the_client(
-    sidecar: SidecarProcess, scripted: ScriptedUpstream
+    sidecar: SidecarProcess, scripted: ScriptedUpstream, client: httpx.Client
 ) -> None:
     scripted.reply = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly a part"
-    response = call(sidecar)
+    response = call(sidecar, client)
     # Never a complete-looking response with a wrong body: either an error or a cut stream.
     assert response is None or response.status_code == 502
     scripted.reply = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n"
-    response = call(sidecar)
+    response = call(sidecar, client)
     assert response is None or response.status_code == 502
     assert sidecar.process.poll() is None
 
 
 def test_valid_reply_after_the_bad_ones(
-    sidecar: SidecarProcess, scripted: ScriptedUpstream
+    sidecar: SidecarProcess, scripted: ScriptedUpstream, client: httpx.Client
 ) -> None:
     scripted.reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
-    response = call(sidecar)
+    response = call(sidecar, client)
     assert response is not None
     assert (response.status_code, response.text) == (200, "ok")
 
@@ -174,10 +178,10 @@ _PIECES = st.sampled_from(
 )
 @given(reply=st.one_of(st.binary(max_size=200), st.lists(_PIECES, max_size=25).map(b"".join)))
 def test_fuzzed_upstream_replies_never_kill_the_sidecar(
-    sidecar: SidecarProcess, scripted: ScriptedUpstream, reply: bytes
+    sidecar: SidecarProcess, scripted: ScriptedUpstream, client: httpx.Client, reply: bytes
 ) -> None:
     scripted.reply = reply
-    response = call(sidecar)
+    response = call(sidecar, client)
     if response is not None:
         assert 100 <= response.status_code <= 599
     assert sidecar.process.poll() is None
