@@ -99,7 +99,10 @@ def render(
         f"`python -m bench cascade` on {platform.node() or 'this host'}: "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, loopback, shared secret "
         f"(signed updates and hop tokens). {args.trips} trips; {args.rounds} rounds x "
-        f"{args.seconds:g} s of wrk (1 connection), medians over rounds.",
+        f"{args.seconds:g} s of wrk (1 connection), medians over rounds. Load average "
+        f"{args.load_before:.1f} before and {os.getloadavg()[0]:.1f} after the run: the host is "
+        "shared, and the latency columns move with its load (an earlier run at load ~8 showed "
+        "+62 / +79 µs per hop for the two cascade rows); the CPU columns are steadier.",
         "",
         "### Propagation latency",
         "",
@@ -151,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     args.trips = args.trips or (20 if args.quick else 60)
     args.rounds = 1 if args.quick else 3
     args.seconds = 2.0 if args.quick else 5.0
+    args.load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ccb-bench-cascade-") as tmp:
         workdir = Path(tmp)
         chain = propagation.start_chain(workdir)
