@@ -209,6 +209,7 @@ def test_inbound_forwards_to_the_app_with_forwarded_for(
     assert response.text == "ok /orders/42/items"
     seen = dict(upstream.state.requests[-1]["headers"])
     assert seen["x-forwarded-for"] == "127.0.0.1"
+    assert seen["host"] == f"127.0.0.1:{sidecar.ports['inbound']}"  # the caller's Host, kept
     assert sidecar.status()["inbound"]["success"] >= 1
 
 

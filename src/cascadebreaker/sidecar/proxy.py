@@ -400,9 +400,14 @@ class ProxyExchange(FixedExchange):
 
     def _build_head(self) -> bytes:
         request = self.request
+        route = self.route
         headers = [*request.headers, (b"via", self.runtime.via)]
-        if self.direction is Direction.INBOUND and request.client:
-            headers.append((b"x-forwarded-for", request.client.encode()))
+        host = route.pool.target.authority
+        if self.direction is Direction.INBOUND:
+            # Transparent towards the app: the caller's Host is kept.
+            host = request.host or host
+            if request.client:
+                headers.append((b"x-forwarded-for", request.client.encode()))
         if self.info is not None and self.info.add_headers:
             headers += self.info.add_headers
         if request.chunked:
@@ -411,11 +416,6 @@ class ProxyExchange(FixedExchange):
             framing = b"content-length: " + request.content_length + b"\r\n"
         else:
             framing = b""
-        route = self.route
         return request_head(
-            request.method,
-            route.pool.target.base_path + self.path,
-            route.pool.target.authority,
-            headers,
-            framing,
+            request.method, route.pool.target.base_path + self.path, host, headers, framing
         )
