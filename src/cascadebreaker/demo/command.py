@@ -193,7 +193,7 @@ def run_experiment(args: argparse.Namespace) -> int:
         "faults": run_faults(settings, faults, modes, progress),
     }
     if not args.no_overhead:
-        rates = [10.0, 30.0] if args.quick else [25.0, 50.0, 100.0, 200.0]
+        rates = [5.0, 15.0] if args.quick else [5.0, 10.0, 20.0, 40.0]
         seconds = 6.0 if args.quick else 20.0
         results["overhead"] = run_overhead(rates, seconds, progress)
     if not args.no_workerpool:

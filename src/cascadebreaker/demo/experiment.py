@@ -36,7 +36,7 @@ RECOVERED_RUN = 5
 class ExperimentSettings:
     """Phase lengths, load and breaker timings of every case."""
 
-    rate: float = 20.0
+    rate: float = 10.0  # orders/s: the sidecar-mode system saturates near 25/s on 2 cores
     healthy_s: float = 10.0
     fault_s: float = 30.0
     recovered_s: float = 20.0
@@ -48,7 +48,7 @@ class ExperimentSettings:
     def quick(cls) -> ExperimentSettings:
         """Short phases for CI: a few minutes for all nine cases."""
         return cls(
-            rate=15.0,
+            rate=10.0,
             healthy_s=3.0,
             fault_s=8.0,
             recovered_s=6.0,
