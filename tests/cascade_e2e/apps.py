@@ -5,6 +5,7 @@ listener and answers 200 when every required call answered 2xx, else 424 (a stat
 breaker counts, so only the breaker the test aims at trips). How a call carries context:
 
 - `trace`: forwards the W3C trace-id with a new span id (what OpenTelemetry does), nothing else;
+- `request-id`: forwards `x-request-id` only;
 - `header`: names the endpoint it serves with `ccb-serving-endpoint`, no trace context;
 - `naive`: forwards every header it received (an app that passes headers on blindly).
 """
@@ -28,7 +29,7 @@ class Call:
 
     upstream: str
     path: str
-    mode: str = "trace"  # trace | header | naive
+    mode: str = "trace"  # trace | request-id | header | naive
     optional: bool = False
 
 
@@ -80,6 +81,8 @@ class _Handler(BaseHTTPRequestHandler):
         if call.mode == "trace" and "traceparent" in inbound:
             trace_id = inbound["traceparent"].split("-")[1]
             headers["traceparent"] = f"00-{trace_id}-{os.urandom(8).hex()}-01"
+        elif call.mode == "request-id" and "x-request-id" in inbound:
+            headers["x-request-id"] = inbound["x-request-id"]
         elif call.mode == "header":
             headers["ccb-serving-endpoint"] = f"{self.server.service} GET {path}"
         elif call.mode == "naive":

@@ -190,7 +190,8 @@ def start_all(sidecars: Iterable[Sidecar]) -> None:
 
 def get(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
     """One GET with a fresh trace (unless headers say otherwise)."""
-    merged = {"traceparent": traceparent(), **(headers or {})}
+    headers = headers or {}
+    merged = headers if "x-request-id" in headers else {"traceparent": traceparent(), **headers}
     return httpx.get(url, headers=merged, timeout=15)
 
 

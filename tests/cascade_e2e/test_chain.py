@@ -4,6 +4,7 @@
     A GET /fan  → B GET /b2 (→ C GET /c-free), C GET /c    fan-out (ccb-serving-endpoint)
     A GET /opt  → C GET /c, optional                   an optional edge
     A GET /a2   → B GET /b2                            independent of D
+    A GET /rid  → C GET /c-free                        learned through x-request-id
     B GET /b    → A GET /a, declared in B's config      closes a cycle A:/a → B:/b → A:/a
 
 C's breaker for D trips when D dies; C GET /c has two callers (fan-in: B and A).
@@ -46,6 +47,7 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
                 "/a2": [Call("B", "/b2")],
                 "/fan": [Call("B", "/b2", "header"), Call("C", "/c", "header")],
                 "/opt": [Call("C", "/c", optional=True)],
+                "/rid": [Call("C", "/c-free", "request-id")],
             },
         ),
         "B": app("B", {"/b": [Call("C", "/c")], "/b2": [Call("C", "/c-free")]}),
@@ -109,6 +111,10 @@ def test_edges_are_learned_from_traceparent_and_the_serving_header(shop: Shop) -
     assert ("A GET /a", "B GET /b", True) in a.edges()  # traceparent alone
     assert ("A GET /fan", "C GET /c", True) in a.edges()  # ccb-serving-endpoint
     assert ("A GET /opt", "C GET /c", False) in a.edges()  # ccb-optional
+    assert shop.sidecars["A"].refused_early() == 0
+    response = get(a.url("inbound") + "/rid", {"x-request-id": "order-4711"})
+    assert response.status_code == 200
+    assert ("A GET /rid", "C GET /c-free", True) in a.edges()  # x-request-id alone
     assert ("B GET /b", "C GET /c", True) in b.edges()
     assert ("B GET /b", "A GET /a", True) in b.edges()  # static, from config
     assert ("C GET /c", "D GET /d", True) in c.edges()
