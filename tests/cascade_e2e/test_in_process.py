@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint
+from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, Verdict, sign
 from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.config import ConfigError, parse_config
 from cascadebreaker.sidecar.grpc_api import WatchSubscription
+from cascadebreaker.sidecar.hooks import Direction, RequestInfo
 from cascadebreaker.sidecar.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.propagation import WatchHub, peer_host
 from cascadebreaker.sidecar.runtime import SidecarRuntime
@@ -175,3 +176,54 @@ def test_the_cli_refuses_a_bad_cascade_section(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "cascade.peers: must be host:port" in done.stderr
+
+
+async def test_a_propagated_unavailability_reroutes_to_the_alternative() -> None:
+    config = parse_config(
+        {
+            "service": "checkout",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {
+                "payment": {"url": "http://127.0.0.1:9"},
+                "backup": {"url": "http://127.0.0.1:9"},
+            },
+            "cascade": {"alternatives": {"payment": "backup"}, "secret": "s"},
+        }
+    )
+    runtime = SidecarRuntime(config)
+    try:
+        node = runtime.cascade
+        assert node is not None
+        hook = runtime.hooks.hooks[0]
+
+        def outbound() -> tuple[Any, RequestInfo]:
+            info = RequestInfo(
+                Direction.OUTBOUND,
+                "checkout",
+                "payment",
+                "POST",
+                "/v1/charges",
+                [],
+                "127.0.0.1",
+                runtime.route_resolver,
+            )
+            return hook.on_request(info), info
+
+        rejection, info = outbound()
+        assert rejection is None and info.reroute is None
+        for service, version in (("payment", 1), ("backup", 2)):
+            endpoint = Endpoint(service, "POST", "/v1/charges")
+            chain = (Cause(Endpoint.service_wide("ledger"), "circuit open"), Cause(endpoint, "r"))
+            update = sign(
+                AvailabilityUpdate(service, endpoint, False, chain, time.time() + 30, version),
+                b"s",
+            )
+            assert node.table.receive(update).verdict is Verdict.ACCEPTED
+            rejection, info = outbound()
+            if service == "payment":  # the primary is down: the call goes to the alternative
+                assert rejection is None and info.reroute == "backup"
+            else:  # both down: refused, with the primary's cause chain
+                assert rejection is not None and rejection.status == 503
+                assert rejection.body["causeChain"][0]["endpoint"] == "ledger * *"
+    finally:
+        runtime.close()
