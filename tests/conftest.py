@@ -86,9 +86,7 @@ def _require_redis() -> None:
         pytest.skip("redis-server is not installed")
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """A redis-server shared by the session's tests (flush between tests if you need to)."""
+def _throwaway_redis() -> Iterator[RedisServer]:
     _require_redis()
     workdir = tempfile.mkdtemp(prefix="ccb-redis-")
     port = free_port()
@@ -96,15 +94,15 @@ def redis_server() -> Iterator[RedisServer]:
     yield server
     server.stop()
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server shared by the session's tests (flush between tests if you need to)."""
+    yield from _throwaway_redis()
 
 
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server for one test alone, free to be killed and restarted."""
-    _require_redis()
-    workdir = tempfile.mkdtemp(prefix="ccb-redis-")
-    port = free_port()
-    server = RedisServer(port=port, process=_spawn_redis(port, workdir), workdir=workdir)
-    yield server
-    server.stop()
-    shutil.rmtree(workdir, ignore_errors=True)
+    yield from _throwaway_redis()
