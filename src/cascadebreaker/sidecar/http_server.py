@@ -120,6 +120,8 @@ class ServerConnection(asyncio.Protocol):
     def __init__(self, handler: RequestHandler, limits: Limits, tracker: ConnectionTracker) -> None:
         self.handler = handler
         self.limits = limits
+        self._max_head_bytes = limits.max_header_bytes
+        self._max_headers = limits.max_header_count
         self.tracker = tracker
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
@@ -186,7 +188,7 @@ class ServerConnection(asyncio.Protocol):
             if self._in_head:
                 # A head still incomplete: bound what the parser buffers for it.
                 self._head_bytes += len(data)
-                if self._head_bytes > self.limits.max_header_bytes:
+                if self._head_bytes > self._max_head_bytes:
                     self._reject(431, "request header fields too large")
 
     def eof_received(self) -> bool | None:
@@ -239,17 +241,17 @@ class ServerConnection(asyncio.Protocol):
         """Part of the request target."""
         self._url += url
         self._head_bytes += len(url)
-        if self._head_bytes > self.limits.max_header_bytes:
+        if self._head_bytes > self._max_head_bytes:
             raise _BadRequest(431, "request header fields too large")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header; enforce count and size limits as they come, pick out framing."""
         self._head_bytes += len(name) + len(value) + 4
         self._header_count += 1
-        if self._head_bytes > self.limits.max_header_bytes:
+        if self._head_bytes > self._max_head_bytes or self._header_count > self._max_headers:
+            if self._header_count > self._max_headers:
+                raise _BadRequest(431, "too many request header fields")
             raise _BadRequest(431, "request header fields too large")
-        if self._header_count > self.limits.max_header_count:
-            raise _BadRequest(431, "too many request header fields")
         kind = HEADER_KINDS.get(name)
         if kind is None:
             kind = header_kind(name)

@@ -8,6 +8,16 @@ from cascadebreaker.sidecar.proxy import FixedExchange, ProxyExchange
 from cascadebreaker.sidecar.runtime import SidecarRuntime
 from cascadebreaker.sidecar.wire import error_response
 
+_HOST_NAMES: dict[bytes, bytes] = {}
+
+
+def host_name(host: bytes) -> bytes:
+    """`Payment:8080` -> `payment` (cached: Host headers repeat)."""
+    name = (host if b"]" in host else host.rsplit(b":", 1)[0]).lower()
+    if len(_HOST_NAMES) < 1024:
+        _HOST_NAMES[host] = name
+    return name
+
 
 def split_outbound_target(
     request: RequestHead, known_hosts: dict[bytes, object]
@@ -21,15 +31,15 @@ def split_outbound_target(
     target = request.target
     if target[:1] == b"/":
         if request.host:
-            host = request.host.rsplit(b":", 1)[0] if b"]" not in request.host else request.host
-            host = host.lower()
+            host = _HOST_NAMES.get(request.host) or host_name(request.host)
             if host in known_hosts:
                 return host, target
-        end = len(target)
-        for sep in (b"/", b"?"):
-            found = target.find(sep, 1)
-            if 0 < found < end:
-                end = found
+        end = target.find(b"/", 1)
+        query = target.find(b"?", 1)
+        if end < 0 or 0 < query < end:
+            end = query
+        if end < 0:
+            end = len(target)
         path = target[end:]
         if path[:1] == b"?":
             path = b"/" + path
