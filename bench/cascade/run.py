@@ -1,6 +1,6 @@
 """Cascade benchmarks: propagation latency over k hops, and the cost of learning per hop.
 
-    .venv/bin/python -m bench cascade          # 60 trips, 3 rounds x 5 s; writes the docs
+    .venv/bin/python -m bench cascade          # 60 trips, 5 rounds x 3 s; writes the docs
     .venv/bin/python -m bench cascade --quick  # 20 trips, 1 round x 2 s; prints only
 
 See `propagation.py` and `learning.py` for what is measured and how.
@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trips", type=int, default=None)
     args, _ = parser.parse_known_args(argv)
     args.trips = args.trips or (20 if args.quick else 60)
-    args.rounds = 1 if args.quick else 3
-    args.seconds = 2.0 if args.quick else 5.0
+    args.rounds = 1 if args.quick else 5
+    args.seconds = 2.0 if args.quick else 3.0
     args.load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ccb-bench-cascade-") as tmp:
         workdir = Path(tmp)
