@@ -234,7 +234,13 @@ class CascadeNode:
             "watching": self.peers.peers,  # Watch subscriptions held (or reconnecting)
             "reconnects": self.peers.reconnects,
             "subscribers": self.hub.subscribers,
-            "redis": None if self.redis is None else {"connected": self.redis.connected},
+            "redis": None
+            if self.redis is None
+            else {
+                "connected": self.redis.connected,
+                "published": self.redis.published,
+                "dropped": self.redis.dropped,
+            },
             "updates": {
                 "sent": self.stats["sent"],
                 "received": self.table.counters["received"],
