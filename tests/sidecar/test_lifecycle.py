@@ -188,3 +188,14 @@ def test_lean_module_entry_point_validates_too(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "upstreams.p.timeout: must be > 0" in result.stderr
+
+
+def test_port_in_use_exits_1(sidecar_factory: Any, upstream: Upstream, tmp_path: Path) -> None:
+    first: SidecarProcess = sidecar_factory({"payment": {"url": upstream.url}})
+    second = yaml.safe_load(first.config_path.read_text())
+    path = tmp_path / "second.yaml"
+    path.write_text(yaml.safe_dump(second))  # the very same ports
+    result = subprocess.run(sidecar_command(path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr
+    assert first.process.poll() is None
