@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from cascadebreaker.sidecar.hooks import Direction
 from cascadebreaker.sidecar.http_server import Exchange, RequestHead, ServerConnection
 from cascadebreaker.sidecar.proxy import FixedExchange, ProxyExchange
@@ -20,7 +22,7 @@ def host_name(host: bytes) -> bytes:
 
 
 def split_outbound_target(
-    request: RequestHead, known_hosts: dict[bytes, object]
+    request: RequestHead, known_hosts: Mapping[bytes, object]
 ) -> tuple[bytes, bytes] | None:
     """(upstream name, path for the upstream) of an outbound request, None if unparseable.
 
@@ -66,7 +68,7 @@ class OutboundHandler:
     def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
         """Resolve the upstream; 404 JSON when there is no such upstream."""
         runtime = self.runtime
-        split = split_outbound_target(request, runtime.routes_by_host)  # type: ignore[arg-type]
+        split = split_outbound_target(request, runtime.routes_by_host)
         if split is None:
             return FixedExchange(
                 conn,
