@@ -10,7 +10,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from cascadebreaker import CircuitOpenError, State
+from cascadebreaker import CircuitOpenError, Permit, State
 from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
 from cascadebreaker.sidecar.replies import FixedExchange, ReplyBuilder, rejection_for_open_circuit
@@ -82,7 +82,7 @@ class ProxyExchange(FixedExchange):
         self.path = path
         self.direction = direction
         self.upstream: UpstreamConnection | None = None
-        self.permit: Any = None
+        self.permit: Permit | None = None
         self.info: RequestInfo | None = None
         self.head_sent = False
         self.chunked_out = False
