@@ -318,3 +318,15 @@ def test_mesh_shape_client_sidecar_to_server_sidecar(
     assert vias == ["1.1 checkout", "1.1 payment"]
     assert client.status()["breakers"]["payment"]["calls"]["success"] == 2
     assert server.status()["inbound"]["success"] == 2
+
+
+def test_http10_keep_alive_client(sidecar: SidecarProcess) -> None:
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=10) as sock:
+        for name in (b"one", b"two"):
+            sock.sendall(b"GET /payment/" + name + b" HTTP/1.0\r\nconnection: keep-alive\r\n\r\n")
+            data = b""
+            while not data.endswith(b"ok /" + name):
+                chunk = sock.recv(65536)
+                assert chunk, "the sidecar closed a keep-alive HTTP/1.0 connection"
+                data += chunk
+            assert b"connection: keep-alive" in data.lower()

@@ -193,6 +193,8 @@ class ProxyExchange(FixedExchange):
             keep_alive = False
         if not keep_alive:
             framing += b"connection: close\r\n"
+        elif self.request.http10:
+            framing += b"connection: keep-alive\r\n"  # HTTP/1.0 closes unless told otherwise
         self.keep_alive = keep_alive
         if self.info is not None:
             # Hooks read the upstream's response headers and may add their own.
