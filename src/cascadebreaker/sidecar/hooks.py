@@ -90,7 +90,7 @@ class RequestInfo:
         self.target = target  # the upstream (outbound) or this service (inbound)
         self.method = method
         self.path = path  # as sent to the target, query included
-        self.headers = headers  # as received (raw bytes, original case)
+        self.headers = headers  # end-to-end request headers (raw bytes, original case)
         self.client = client  # peer address of the downstream connection
         self.add_headers: RawHeaders = []  # hooks append headers to forward with the request
         # Set by on_request: forward to this upstream instead of `target` (an alternative).
