@@ -174,11 +174,11 @@ class SidecarRuntime:
                 raise CallRejected(upstream, rejection)
             if info.reroute is not None and info.reroute in self.routes:
                 upstream, route = info.reroute, self.routes[info.reroute]
-            if info.add_headers:
-                headers = [
-                    *(headers.items() if isinstance(headers, Mapping) else headers),
-                    *((n.decode("latin-1"), v.decode("latin-1")) for n, v in info.add_headers),
-                ]
+            # Hooks may have removed headers from `info.headers` and added their own.
+            headers = [
+                (n.decode("latin-1"), v.decode("latin-1"))
+                for n, v in (*info.headers, *info.add_headers)
+            ]
         assert route.breaker is not None
         try:
             permit = await route.breaker.aacquire()  # a shared store may ask Redis
