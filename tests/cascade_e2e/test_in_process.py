@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, Verdict, sign
+from cascadebreaker.sidecar import propagation
 from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.config import ConfigError, parse_config
 from cascadebreaker.sidecar.grpc_api import WatchSubscription
@@ -227,3 +229,36 @@ async def test_a_propagated_unavailability_reroutes_to_the_alternative() -> None
                 assert rejection.body["causeChain"][0]["endpoint"] == "ledger * *"
     finally:
         runtime.close()
+
+
+async def test_an_unreachable_peer_is_retried_then_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(propagation, "_GIVE_UP", 0.3)
+    monkeypatch.setattr(propagation, "_BACKOFF_MAX", 0.05)
+    forgotten: list[str] = []
+    done = asyncio.Event()
+
+    def forget(address: str) -> None:
+        forgotten.append(address)
+        done.set()
+
+    peers = propagation.PeerWatchers(
+        "checkout", lambda u, a: None, loopback_only=True, on_forget=forget
+    )
+    address = f"127.0.0.1:{_closed_port()}"
+    assert peers.ensure(address)
+    assert not peers.ensure(address)  # one subscription per address
+    assert not peers.ensure("10.0.0.1:5000")  # no secret: loopback peers only
+    async with asyncio.timeout(30):
+        await done.wait()
+    assert forgotten == [address]
+    assert peers.peers == []
+    assert peers.reconnects >= 2
+    peers.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -78,6 +78,7 @@ class CascadeNode:
             self._from_peer,
             loopback_only=loopback_only,
             on_malformed=lambda: self._count_rejected("malformed"),
+            on_forget=self._forget_peer,
         )
         self.peer_of: dict[str, set[str]] = {}  # upstream -> gRPC addresses of its sidecars
         self.advertise = self._advertised_address()
@@ -181,6 +182,10 @@ class CascadeNode:
         if self.peers.ensure(address):
             known.add(address)
             log.info("cascade: watching %s at %s", upstream, address)
+
+    def _forget_peer(self, address: str) -> None:
+        for addresses in self.peer_of.values():
+            addresses.discard(address)
 
     # -- outputs ----------------------------------------------------------------------------
 

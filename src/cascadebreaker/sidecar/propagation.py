@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,8 @@ _QUEUE_LIMIT = 4096  # a subscriber this far behind is cut off; it reconnects wi
 _MAX_PEERS = 256
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
+_HELD = 1.0  # a stream open this long counts as a working connection
+_GIVE_UP = 600.0  # seconds without a working connection before a peer is forgotten
 
 
 def peer_host(peer: str) -> str:
@@ -113,8 +116,10 @@ class PeerWatchers:
         *,
         loopback_only: bool,
         on_malformed: Callable[[], None] | None = None,
+        on_forget: Callable[[str], None] | None = None,
     ) -> None:
         self.service = service
+        self._on_forget = on_forget
         self._receive = receive
         self._loopback_only = loopback_only
         self._on_malformed = on_malformed
@@ -144,12 +149,14 @@ class PeerWatchers:
 
         since = 0
         delay = _BACKOFF_FIRST
+        alive_at = time.monotonic()  # last sign of life: an update, or a stream that held
         while True:
             channel = grpc.aio.insecure_channel(address)
+            opened = time.monotonic()
             try:
                 stream = watch_updates(channel, self.service, (), since, on_malformed=self._bad)
                 async for update in stream:
-                    delay = _BACKOFF_FIRST
+                    alive_at = time.monotonic()
                     since = max(since, update.version)
                     self._receive(update, address)
                 # The server ended the stream (it is shutting down or cut us off): reconnect.
@@ -161,6 +168,16 @@ class PeerWatchers:
                 log.exception("Watch %s failed", address)
             finally:
                 await channel.close(None)
+            now = time.monotonic()
+            if now - opened >= _HELD:
+                alive_at, delay = now, _BACKOFF_FIRST
+            elif now - alive_at > _GIVE_UP:
+                # Gone for good (scaled down, moved): forget it; its next answer re-subscribes.
+                log.info("cascade: stopped watching %s (unreachable)", address)
+                del self._tasks[address]
+                if self._on_forget is not None:
+                    self._on_forget(address)
+                return
             self.reconnects += 1
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, _BACKOFF_MAX)
