@@ -262,3 +262,27 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def test_a_dotted_service_name_forwards_without_a_hop_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = parse_config(
+        {
+            "service": "pay.v2",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {"ledger": {"url": "http://127.0.0.1:9"}},
+            "cascade": {"secret": "s"},
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="cascadebreaker.sidecar.cascade"):
+        runtime = SidecarRuntime(config)
+    try:
+        info = RequestInfo(
+            Direction.OUTBOUND, "pay.v2", "ledger", "GET", "/x", [], "", runtime.route_resolver
+        )
+        assert runtime.hooks.hooks[0].on_request(info) is None
+        assert info.add_headers == []
+        assert any("cascade.peers" in r.getMessage() for r in caplog.records)
+    finally:
+        runtime.close()

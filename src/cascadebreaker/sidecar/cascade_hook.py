@@ -14,6 +14,7 @@ its response names one.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.runtime import SidecarRuntime
 
 __all__ = ["CAUSE_HEADER", "SIDECAR_GRPC_HEADER", "CascadeHook", "install_cascade"]
+
+log = logging.getLogger("cascadebreaker.sidecar.cascade")
 
 CAUSE_HEADER = "ccb-cause"
 SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
@@ -113,6 +116,14 @@ class CascadeHook:
         self.learning = node.config.learning
         self.alternatives = node.config.alternatives
         self._wall = node.learner._wall
+        # Hop tokens name the service between dots: a dotted name cannot issue them.
+        self._signs_hops = "." not in node.service
+        if not self._signs_hops:
+            log.warning(
+                "cascade: service name %r has a '.': no hop tokens, so upstream sidecars will "
+                "not name their gRPC address to us; list them under cascade.peers",
+                node.service,
+            )
         # The path prefix each upstream's URL adds: the hop token binds the path as forwarded.
         self._base_paths = {
             name: route.pool.target.base_path.decode("latin-1")
@@ -206,9 +217,10 @@ class CascadeHook:
             body["endpoint"] = str(callee)
             return CascadeRejection(body, refusal, self._wall())
         _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
-        base = self._base_paths.get(upstream, "")
-        token = self.learner.hop_token(info.method, base + info.path, get)
-        info.add_headers.append((_HOP, token.encode("latin-1")))
+        if self._signs_hops:
+            base = self._base_paths.get(upstream, "")
+            token = self.learner.hop_token(info.method, base + info.path, get)
+            info.add_headers.append((_HOP, token.encode("latin-1")))
         return None
 
     def _breaker_open(self, upstream: str) -> bool:
