@@ -113,7 +113,9 @@ def render(
         "",
         *propagation_table(trips),
         "",
-        f"Trips with a hop missing within 3 s: {trips.lost}.",
+        f"Trips with a hop missing within 3 s: {trips.lost}. Each hop is one gRPC stream "
+        "message plus verify, derive and sign (HMAC over canonical JSON); for scale, an empty "
+        "grpc.aio unary call round trip on this host is about 0.5 ms p50 (## Sidecar).",
         "",
         "### Cost on the request path",
         "",
