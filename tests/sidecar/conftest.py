@@ -86,6 +86,19 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/upload":
             self._upload()
             return
+        if self.path == "/slow-drain":  # reads a big body slowly, answers with its size
+            remaining = int(self.headers.get("content-length") or 0)
+            total = 0
+            while remaining:
+                piece = self.rfile.read(min(65536, remaining))
+                if not piece:
+                    break
+                remaining -= len(piece)
+                total += len(piece)
+                if total % (1 << 20) < 65536:
+                    time.sleep(0.005)
+            self._send(200, b"%d" % total)
+            return
         if self.path == "/early":  # answers without reading the request body
             self._send(413, b"too large")
             self.close_connection = True
