@@ -366,6 +366,10 @@ def test_slow_client_gets_a_big_body_without_the_sidecar_buffering_it(
     assert received == size
     # Backpressure kept the body out of the sidecar's memory (it never held 40 MB).
     assert peak - before < 20_000
+    # The upstream connection paused for the slow client goes back to the pool readable.
+    with httpx.Client(timeout=10) as client:
+        for i in range(3):
+            assert client.get(sidecar.url("outbound") + f"/payment/n/{i}").text == f"ok /n/{i}"
 
 
 def test_big_upload_to_a_slow_upstream_is_not_buffered(sidecar: SidecarProcess) -> None:

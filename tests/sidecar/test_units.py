@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from cascadebreaker.sidecar.endpoint_hint import endpoint_hint, route_template
 from cascadebreaker.sidecar.http_server import RequestHead
 from cascadebreaker.sidecar.listeners import split_outbound_target
 from cascadebreaker.sidecar.routes import RetryBudget
+from cascadebreaker.sidecar.upstream import UpstreamConnection, UpstreamPool, UpstreamTarget
 from cascadebreaker.sidecar.wire import drop_connection_tokens, header_kind
 
 MINIMAL: dict[str, Any] = {
@@ -168,3 +170,74 @@ def test_retry_budget_allows_a_ratio_plus_a_floor() -> None:
     assert not floor.withdraw()
     now[0] += 1.0
     assert floor.withdraw() and floor.withdraw() and not floor.withdraw()
+
+
+class _FakeTransport:
+    """Records what an UpstreamConnection does to its transport."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.reading = True
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def writelines(self, pieces: Any) -> None:
+        self.written.extend(pieces)
+
+    def get_extra_info(self, key: str, default: Any = None) -> Any:
+        return default
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _PausingSink:
+    """Pauses its connection on the first body piece, as the proxy does for a slow client."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.body = b""
+        self.ended = False
+
+    def response_head(self, *args: Any) -> None:
+        pass
+
+    def response_body(self, data: bytes) -> None:
+        self.body += data
+        self.conn.pause_reading()
+
+    def response_end(self) -> None:
+        self.ended = True
+
+    def response_failed(self, error: Exception) -> None:
+        raise AssertionError(error)
+
+    def upstream_writable(self, writable: bool) -> None:
+        pass
+
+
+async def test_connection_paused_at_the_end_of_a_response_returns_to_the_pool_readable() -> None:
+    pool = UpstreamPool(
+        UpstreamTarget.from_url("p", "http://127.0.0.1:1"), asyncio.get_running_loop()
+    )
+    conn = UpstreamConnection(pool)
+    transport = _FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]  # a stand-in transport
+    sink = _PausingSink()
+    sink.conn = conn
+    conn.send(b"GET / HTTP/1.1\r\nhost: p\r\n\r\n", sink, timeout=5)
+    # Head, body and end in one read: the sink pauses mid-read, the message still completes.
+    conn.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+    assert sink.ended
+    assert sink.body == b"hello"
+    assert pool.acquire_nowait() is conn
+    assert transport.reading  # the next exchange can read its response
+    pool.close()

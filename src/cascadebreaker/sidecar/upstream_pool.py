@@ -329,6 +329,12 @@ class UpstreamConnection(asyncio.Protocol):
         # sent, so the connection is out of step and must not be reused.
         if self._keep_alive and self._request_complete and not self.closed:
             self.reused = True
+            if self._reading_paused:
+                # Paused for a slow client while the last bytes were parsed: the next exchange
+                # on this connection must be able to read its response.
+                self._reading_paused = False
+                assert self.transport is not None
+                self.transport.resume_reading()
             self.pool.release(self)
         else:
             self._abandon()
