@@ -173,6 +173,7 @@ def test_unavailable_endpoints_read_from_a_sidecar_status() -> None:
                     "cause_chain": [
                         {"endpoint": "courier * *", "reason": "circuit open"},
                         {"endpoint": "shipping POST /v1/shipments", "reason": "requires"},
+                        {"endpoint": "order POST /v1/orders", "reason": "requires"},
                     ],
                 }
             ]

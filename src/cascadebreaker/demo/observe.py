@@ -48,6 +48,10 @@ def _breaker_states(raw: Any) -> dict[str, str]:
     return states
 
 
+def _link(link: Any) -> str:
+    return str(link.get("endpoint", link)) if isinstance(link, dict) else str(link)
+
+
 def _chain_text(cause: Any) -> str:
     """A cause chain as one line, root first: `courier * * (circuit open) -> shipping POST ...`."""
     if isinstance(cause, str):
@@ -79,6 +83,8 @@ def _unavailable(status: Any) -> list[str]:
             items.append(str(entry))
             continue
         cause = next((entry[k] for k in _CHAIN_KEYS if k in entry), None)
+        if isinstance(cause, list) and len(cause) > 1 and _link(cause[-1]) == entry.get("endpoint"):
+            cause = cause[:-1]  # the chain ends with the endpoint itself: say it once
         chain = _chain_text(cause)
         items.append(f"{entry.get('endpoint', '?')}" + (f": {chain}" if chain else ""))
     return items
