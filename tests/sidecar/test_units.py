@@ -10,7 +10,12 @@ import pytest
 
 from cascadebreaker.sidecar.config import ConfigError, load_config, parse_config
 from cascadebreaker.sidecar.endpoint_hint import endpoint_hint, route_template
-from cascadebreaker.sidecar.http_server import RequestHead
+from cascadebreaker.sidecar.http_server import (
+    ConnectionTracker,
+    Limits,
+    RequestHead,
+    ServerConnection,
+)
 from cascadebreaker.sidecar.listeners import split_outbound_target
 from cascadebreaker.sidecar.routes import RetryBudget
 from cascadebreaker.sidecar.upstream import UpstreamConnection, UpstreamPool, UpstreamTarget
@@ -241,3 +246,40 @@ async def test_connection_paused_at_the_end_of_a_response_returns_to_the_pool_re
     assert pool.acquire_nowait() is conn
     assert transport.reading  # the next exchange can read its response
     pool.close()
+
+
+class _BackpressuredExchange:
+    """Pauses the client for upstream backpressure, then finishes without resuming it."""
+
+    def __init__(self, conn: ServerConnection) -> None:
+        self.conn = conn
+
+    def start(self) -> None:
+        self.conn.pause_reading(2)
+
+    def request_body(self, data: bytes) -> None:
+        pass
+
+    def request_end(self) -> None:
+        self.conn.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        self.conn.response_done(self, True)
+
+    def downstream_writable(self, writable: bool) -> None:
+        pass
+
+    def connection_lost(self) -> None:
+        pass
+
+
+class _Handler:
+    def handle(self, conn: ServerConnection, request: RequestHead) -> _BackpressuredExchange:
+        return _BackpressuredExchange(conn)
+
+
+async def test_idle_connection_reads_again_after_an_exchange_left_it_paused() -> None:
+    conn = ServerConnection(_Handler(), Limits(), ConnectionTracker())
+    transport = _FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]  # a stand-in transport
+    conn.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert transport.written == [b"HTTP/1.1 204 No Content\r\n\r\n"]
+    assert transport.reading

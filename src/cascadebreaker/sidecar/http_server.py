@@ -359,6 +359,10 @@ class ServerConnection(asyncio.Protocol):
             self._active.start()
         if not self._queue:
             self.resume_reading(1)
+            if self._active is None and self._receiving is None:
+                # Idle now: backpressure left over from the finished exchange must not stop
+                # the next request from being read.
+                self.resume_reading(2)
 
     def sweep(self, now: float, header_timeout: float, idle_timeout: float) -> None:
         """Close this connection if it idled, or took too long over a request head."""
