@@ -199,3 +199,26 @@ def test_port_in_use_exits_1(sidecar_factory: Any, upstream: Upstream, tmp_path:
     assert result.returncode == 1
     assert "cannot listen" in result.stderr
     assert first.process.poll() is None
+
+
+def test_client_that_stops_reading_is_cut_loose(sidecar_factory: Any, upstream: Upstream) -> None:
+    sidecar: SidecarProcess = sidecar_factory(
+        {"payment": {"url": upstream.url, "timeout": 30}}, limits={"idle_timeout": 0.5}
+    )
+
+    def upstream_connections() -> int:
+        count: int = sidecar.status()["breakers"]["payment"]["connections"]["open"]
+        return count
+
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=20) as stuck:
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.sendall(b"GET /payment/big?size=50000000 HTTP/1.1\r\nhost: x\r\n\r\n")
+        # ... and never reads. The sidecar holds an upstream connection for it, then lets go.
+        deadline = time.monotonic() + 15
+        while upstream_connections() == 0:
+            assert time.monotonic() < deadline, "the request never reached the upstream"
+            time.sleep(0.02)
+        while upstream_connections() != 0:
+            assert time.monotonic() < deadline, "the stuck client held its upstream for ever"
+            time.sleep(0.05)
+    assert httpx.get(sidecar.url("outbound") + "/payment/x", timeout=10).status_code == 200

@@ -142,6 +142,7 @@ class ServerConnection(asyncio.Protocol):
         self._queue: deque[Exchange] = deque()
         self._pause_reasons = 0  # bit 1: pipelining, bit 2: upstream backpressure
         self._writable = True
+        self._unwritable_since = 0.0
         self._eof = False
         self._header_count = 0
         self._host = b""
@@ -211,6 +212,7 @@ class ServerConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The client reads slower than the upstream sends."""
         self._writable = False
+        self._unwritable_since = self.loop.time()
         if self._active is not None:
             self._active.downstream_writable(False)
 
@@ -365,9 +367,13 @@ class ServerConnection(asyncio.Protocol):
                 self.resume_reading(2)
 
     def sweep(self, now: float, header_timeout: float, idle_timeout: float) -> None:
-        """Close this connection if it idled, or took too long over a request head."""
+        """Close this connection if it idled, took too long over a request head, or stopped
+        reading a response (it would hold an upstream connection for ever)."""
         if self._active is not None or self._receiving is not None:
             self._quiet_mark = -1
+            if not self._writable and now - self._unwritable_since >= idle_timeout:
+                log.info("client %s stopped reading its response: connection cut", self.client)
+                self.abort()
         elif self._in_head:
             if now - self._head_started >= header_timeout:
                 self._reject(408, "request head not received in time")
