@@ -166,6 +166,24 @@ def run_rounds(
     return report
 
 
+def system_busy_seconds() -> float:
+    """CPU seconds spent busy by the whole machine so far (all CPUs, from /proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_seconds(started: dict[str, Proc], since: os.times_result) -> float:
+    """CPU seconds of this run: the live processes under test, plus this process and every
+    child it already waited for (wrk, load generators, probes) since `since`."""
+    now = os.times()
+    mine = sum(
+        getattr(now, f) - getattr(since, f)
+        for f in ("user", "system", "children_user", "children_system")
+    )
+    return mine + sum(p.cpu_seconds() for p in started.values())
+
+
 def environment(rounds: int, seconds: float, load_before: float) -> dict[str, str]:
     """What the numbers were measured on."""
     wrk_version = "?"
@@ -232,21 +250,31 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-sidecar-"))
     started: dict[str, Proc] = {}
     profile: Profile | None = None
+    busy_before, times_before, wall_before = system_busy_seconds(), os.times(), time.monotonic()
     try:
         started, scenarios = start_processes(workdir, notes)
         report = run_rounds(scenarios, started, args.rounds, args.seconds, workdir)
         if not args.no_profile:
             profile = profile_outbound(workdir, started["upstream"].port, 5.0)
+        # CPU the rest of the machine used meanwhile: the noise on these numbers.
+        foreign = system_busy_seconds() - busy_before - own_seconds(started, times_before)
+        foreign_share = max(foreign, 0.0) / (time.monotonic() - wall_before)
     except procs.BenchSetupError as exc:
         print(f"bench sidecar: {exc}", file=sys.stderr)
         return 1
     finally:
         for proc in reversed(started.values()):
             proc.stop()
+    if foreign_share > 0.2:
+        notes.append(
+            f"Other processes used {foreign_share:.2f} CPUs on average during the run "
+            f"(of {os.cpu_count()}): these numbers are noisy; rerun on a quiet machine."
+        )
     report.import_rss_mb = procs.import_rss_mb()
     report.notes = notes
     report.profile = profile
     report.environment = environment(args.rounds, args.seconds, load_before)
+    report.environment["CPU used by other processes during the run"] = f"{foreign_share:.2f} CPUs"
     markdown = render(report)
     print(markdown)
     if not args.no_write:
