@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 pytest.importorskip("cascadebreaker.sidecar.command")
 
 # A recovery timeout long enough that the outage is stable while the test looks at it.
-SIDECAR_TIMINGS = Timings(call_timeout=3.0, failure_threshold=3, recovery_timeout=3.0)
+SIDECAR_TIMINGS = Timings(call_timeout=3.0, failure_threshold=3, recovery_timeout=5.0)
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 
 
