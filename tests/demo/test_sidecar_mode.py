@@ -39,12 +39,6 @@ def mesh(sidecar_demo: DemoClient) -> DemoClient:
     return sidecar_demo
 
 
-def _cascade_available(demo: DemoClient) -> bool:
-    admin = demo.topology.service("order").admin_url
-    response = demo.http.get(f"{admin}/availability", params={"endpoint": "POST /v1/orders"})
-    return response.status_code != 404
-
-
 def test_orders_flow_through_the_sidecars(mesh: DemoClient) -> None:
     traceparent = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
@@ -74,8 +68,6 @@ def test_payment_gateway_errors_release_the_reservation_through_sidecars(
 
 
 def test_courier_outage_is_refused_before_inventory_and_recovers(mesh: DemoClient) -> None:
-    if not _cascade_available(mesh):
-        pytest.skip("the sidecar does not answer /availability yet (cascade not wired in)")
     for _ in range(5):  # healthy traffic: the sidecars learn who calls whom
         assert mesh.order().status_code == 201
     mesh.fault("courier", mode="down")
