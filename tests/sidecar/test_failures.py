@@ -132,3 +132,18 @@ def test_retries_are_off_by_default(sidecar_factory: Any, upstream: Upstream) ->
     sidecar: SidecarProcess = sidecar_factory({"payment": {"url": upstream.url}})
     httpx.get(sidecar.url("outbound") + "/payment/status/503", timeout=10)
     assert len(upstream.state.requests) == 1
+
+
+def test_post_is_never_retried(sidecar_factory: Any, upstream: Upstream) -> None:
+    sidecar: SidecarProcess = sidecar_factory(
+        {
+            "payment": {
+                "url": upstream.url,
+                "retries": {"attempts": 2},
+                "breaker": {"failure_threshold": 100},
+            }
+        }
+    )
+    response = httpx.post(sidecar.url("outbound") + "/payment/status/503", timeout=10)
+    assert response.status_code == 503
+    assert len(upstream.state.requests) == 1

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("cascadebreaker.sidecar")
 
 _PENDING_LIMIT = 262144
+_IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 _ERRORS = {
     "timeout": "upstream timeout",
     "connect": "upstream unreachable",
@@ -335,6 +336,7 @@ class ProxyExchange(FixedExchange):
         return (
             self.attempt < route.retry_attempts
             and not self.request.has_body
+            and self.request.method in _IDEMPOTENT  # a retried POST could act twice
             and not self.head_sent
             and route.budget.withdraw()
         )
