@@ -7,28 +7,34 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# Modules that contribute subcommands; each has `register(subparsers)`. Optional extras may be
-# missing, so a module that fails to import only loses its own subcommands.
-_COMMAND_MODULES = (
-    "cascadebreaker.showcase",
-    "cascadebreaker.sidecar.command",
-    "cascadebreaker.demo.command",
-)
+# Which module contributes each subcommand; each module has `register(subparsers)`. Only the module
+# of the command being run is imported, so `ccb sidecar` never loads the demo's libraries (memory).
+_COMMANDS = {
+    "showcase": "cascadebreaker.showcase",
+    "sidecar": "cascadebreaker.sidecar.command",
+    "demo": "cascadebreaker.demo.command",
+    "fault": "cascadebreaker.demo.command",
+    "experiment": "cascadebreaker.demo.command",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the `ccb` argument parser with every available subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the `ccb` parser: with `command`, only its module's subcommands; else all of them."""
     parser = argparse.ArgumentParser(prog="ccb", description="cascadebreaker command line")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in _COMMAND_MODULES:
+    wanted = (
+        [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    )
+    for module_name in wanted:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and exc.name.startswith("cascadebreaker"):
-                continue  # that part is not built yet
-            missing = exc.name
-            sub = subparsers.add_parser(module_name.rsplit(".", 2)[-2], help=f"(needs {missing})")
-            sub.set_defaults(handler=_missing_extra(missing or "?"))
+                raise
+            names = [c for c, m in _COMMANDS.items() if m == module_name]
+            for name in names:
+                sub = subparsers.add_parser(name, help=f"(needs {exc.name})")
+                sub.set_defaults(handler=_missing_extra(exc.name or "?"))
             continue
         module.register(subparsers)
     return parser
@@ -47,7 +53,8 @@ def _missing_extra(name: str):  # type: ignore[no-untyped-def]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `ccb` console script."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
