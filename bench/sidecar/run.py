@@ -272,11 +272,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     load_before = os.getloadavg()[0]
     notes: list[str] = []
-    if load_before > 1.0:
-        notes.append(
-            f"The load average was {load_before:.1f} when the run started (2 cores): "
-            "other work shared the CPUs, so these numbers are noisy."
-        )
     workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-sidecar-"))
     started: dict[str, Proc] = {}
     profile: Profile | None = None
