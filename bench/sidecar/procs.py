@@ -80,8 +80,15 @@ class Proc:
                 self.process.wait(timeout=5)
 
 
-def wait_http(port: int, path: str, proc: subprocess.Popen[bytes], name: str, log: Path) -> None:
-    """Wait until `GET path` on the port answers 200 (raise with the log tail otherwise)."""
+def wait_http(
+    port: int,
+    path: str,
+    proc: subprocess.Popen[bytes],
+    name: str,
+    log: Path,
+    kill_on_failure: bool = True,
+) -> None:
+    """Wait until `GET path` on the port answers 200; else kill `proc` and raise with its log."""
     deadline = time.monotonic() + 20
     request = f"GET {path} HTTP/1.1\r\nhost: bench\r\nconnection: close\r\n\r\n".encode()
     while time.monotonic() < deadline:
@@ -95,6 +102,8 @@ def wait_http(port: int, path: str, proc: subprocess.Popen[bytes], name: str, lo
         except OSError:
             pass
         time.sleep(0.05)
+    if kill_on_failure:
+        _give_up(proc)
     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
     raise BenchSetupError(f"{name} did not answer 200 on port {port}:\n{tail}")
 
@@ -108,8 +117,16 @@ def wait_tcp(port: int, proc: subprocess.Popen[bytes], name: str, log: Path) -> 
                 return
         except OSError:
             time.sleep(0.05)
+    _give_up(proc)
     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
     raise BenchSetupError(f"{name} did not listen on port {port}:\n{tail}")
+
+
+def _give_up(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a process that never became ready (nobody else holds it yet)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=5)
 
 
 def _spawn(name: str, argv: list[str], workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:

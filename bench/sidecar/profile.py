@@ -113,10 +113,10 @@ def profile_outbound(workdir: Path, upstream_port: int, seconds: float) -> Profi
     with log.open("wb") as sink:
         spy = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_http(port, "/payment/", spy, "profiled sidecar", log)
+        # On failure the sidecar under py-spy is stopped below, then py-spy itself.
+        wait_http(port, "/payment/", spy, "profiled sidecar", log, kill_on_failure=False)
         run_wrk(f"http://127.0.0.1:{port}/payment/", 16, seconds, workdir)
     except BenchSetupError:
-        spy.kill()
         return None
     finally:
         _stop_child(spy)

@@ -105,9 +105,9 @@ def _grpc(port: int, connections: int, seconds: float) -> LoadResult:
     return _on_loop(grpc_calls(f"127.0.0.1:{port}", "payment", connections, seconds))
 
 
-def start_processes(workdir: Path, notes: list[str]) -> tuple[dict[str, Proc], list[Scenario]]:
-    """Start the upstream, the peers and the sidecars; return them and the scenarios."""
-    started: dict[str, Proc] = {}
+def start_processes(workdir: Path, started: dict[str, Proc], notes: list[str]) -> list[Scenario]:
+    """Start the upstream, the peers and the sidecars into `started` (filled as they come up,
+    so the caller stops every one even when a later one fails); return the scenarios."""
     up = started["upstream"] = procs.start_upstream(workdir)
     upstream_url = f"http://127.0.0.1:{up.port}"
     out = started["sidecar"] = procs.start_client_sidecar(workdir, upstream_url, "sidecar")
@@ -135,7 +135,7 @@ def start_processes(workdir: Path, notes: list[str]) -> tuple[dict[str, Proc], l
             f"aiohttp proxy not measured ({str(exc).splitlines()[-1]}); pip install aiohttp"
         )
     started["grpc-floor"] = procs.start_grpc_floor(workdir)
-    return started, scenarios
+    return scenarios
 
 
 def run_rounds(
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     idle = contextlib.ExitStack()
     try:
         polling = idle.enter_context(polling_idle(not args.halting_idle))
-        started, scenarios = start_processes(workdir, notes)
+        scenarios = start_processes(workdir, started, notes)
         report = run_rounds(scenarios, started, args.rounds, args.seconds, workdir)
         if not args.no_profile:
             profile = profile_outbound(workdir, started["upstream"].port, 5.0)
