@@ -121,6 +121,15 @@ class ProxyExchange(FixedExchange):
         if self.route.retry_attempts:
             self.route.budget.deposit()
         if self._acquire():
+            if self.request.has_body:
+                # A body follows, usually in the bytes already read: dispatch after the parser
+                # has fed them, so the head and the body leave in one write (one syscall).
+                self.route.pool.loop.call_soon(self._dispatch_if_live)
+            else:
+                self._dispatch()
+
+    def _dispatch_if_live(self) -> None:
+        if not self.finished and self.upstream is None:
             self._dispatch()
 
     def request_body(self, data: bytes) -> None:
