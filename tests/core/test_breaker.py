@@ -207,6 +207,20 @@ def test_classification_ignore_record_and_predicates(clock: FakeClock) -> None:
     assert p.state is State.OPEN
 
 
+def test_an_ignored_outcome_does_not_hide_a_failure_run_from_the_next_success(
+    clock: FakeClock,
+) -> None:
+    b = CircuitBreaker("run", failure_threshold=2, clock=clock, ignore_exceptions=(TimeoutError,))
+    with pytest.raises(Down):
+        b.call(boom)
+    with pytest.raises(TimeoutError):
+        b.call(_raise, TimeoutError())
+    assert b.call(lambda: "ok") == "ok"  # must reset the run of one failure
+    with pytest.raises(Down):
+        b.call(boom)
+    assert b.state is State.CLOSED
+
+
 def test_result_predicate_counts_failed_results(clock: FakeClock) -> None:
     class Response:
         def __init__(self, status: int) -> None:

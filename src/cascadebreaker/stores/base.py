@@ -76,7 +76,10 @@ class BreakerSlot:
         """Account for a finished call; never raises."""
         with self.lock:
             transitions = self.machine.record(self.clock(), outcome, probe, duration)
-            self.dirty = outcome is Outcome.FAILURE and self.machine.state is State.CLOSED
+            if outcome is Outcome.FAILURE:
+                self.dirty = self.machine.state is State.CLOSED
+            elif outcome is Outcome.SUCCESS:
+                self.dirty = False  # an ignored outcome leaves a failure run as it was
             if outcome is Outcome.SUCCESS:
                 self.successes += 1
             elif outcome is Outcome.FAILURE:
