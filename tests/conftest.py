@@ -106,3 +106,56 @@ def redis_server() -> Iterator[RedisServer]:
 def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server for one test alone, free to be killed and restarted."""
     yield from _throwaway_redis()
+
+
+# Headless Chromium for browser tests: Debian's chromium driven by Python Playwright (browser
+# downloads fail on these machines, so the binary is the system one, never Playwright's own).
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _require_chromium() -> str:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    missing = None
+    if binary is None:
+        missing = "chromium is not installed (Debian package chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            missing = "Python Playwright is not installed (pip install -e '.[dev]')"
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{missing}; CI must not skip browser tests")
+        pytest.skip(missing)
+    assert binary is not None
+    return binary
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[object]:
+    """A headless Chromium (playwright `Browser`) shared by the session's browser tests."""
+    binary = _require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=binary, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium: object) -> Iterator[object]:
+    """A fresh browser page (its own context: no cookies or storage shared between tests)."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    pg = context.new_page()
+    yield pg
+    context.close()
