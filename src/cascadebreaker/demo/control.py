@@ -41,9 +41,30 @@ class DemoState:
     workdir: str
 
 
+class DemoAlreadyRunning(RuntimeError):
+    """Another live demo owns the state file (two demos would hide each other from `ccb fault`)."""
+
+
+def claim_state() -> Path:
+    """The state file, if no other live demo has written it; else DemoAlreadyRunning."""
+    from cascadebreaker.demo.launcher import pid_alive
+
+    path = state_path()
+    try:
+        owner = int(json.loads(path.read_text()).get("launcher_pid", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return path
+    if owner and owner != os.getpid() and pid_alive(owner):
+        raise DemoAlreadyRunning(
+            f"another demo (pid {owner}) is running and owns {path}; stop it, "
+            "or give this one its own state file with CCB_DEMO_STATE"
+        )
+    return path
+
+
 def write_state(topology: Topology, pids: dict[str, int], workdir: Path) -> Path:
     """Record the running demo (atomically, readable by the same user only)."""
-    path = state_path()
+    path = claim_state()
     document = {
         "launcher_pid": os.getpid(),
         "public_url": topology.public_url,
@@ -115,6 +136,10 @@ def fault_url(topology: Topology, service: str) -> str:
     """The `/_fault` switch of an external upstream (ValueError for other services)."""
     if service not in EXTERNAL:
         raise ValueError(f"faults apply to external upstreams: {', '.join(sorted(EXTERNAL))}")
+    if service not in topology.services:
+        raise ValueError(
+            f"the running demo has no {service}; its upstreams are: {', '.join(topology.external)}"
+        )
     return topology.service(service).app_url + "/_fault"
 
 
@@ -130,7 +155,7 @@ def inject_fault(topology: Topology, service: str, body: dict[str, Any]) -> dict
 
 def clear_faults(topology: Topology, service: str | None = None) -> list[str]:
     """Clear the fault of one external upstream, or of all; returns the ones cleared."""
-    names = [service] if service else sorted(EXTERNAL)
+    names = [service] if service else topology.external
     with httpx.Client(trust_env=False, timeout=5.0) as client:
         for name in names:
             client.delete(fault_url(topology, name)).raise_for_status()

@@ -139,37 +139,54 @@ class DemoSystem:
                 return
             except LaunchError as exc:
                 self._stop_processes()
-                if "address already in use" not in str(exc) or attempt == attempts - 1:
+                if "address already in use" not in str(exc).lower() or attempt == attempts - 1:
                     self._remove_workdir()
                     raise
                 self.processes.clear()
-                old = self.topology
-                self.topology = Topology.allocate(old.mode, old.timings, old.precheck)
+                self.topology = self.reallocate()
             except BaseException:
                 self.stop()
                 raise
 
+    def reallocate(self) -> Topology:
+        """The same system on fresh ports (after a port was taken before a child bound it)."""
+        old = self.topology
+        return Topology.allocate(old.mode, old.timings, old.precheck)
+
     def _launch(self, timeout: float) -> None:
         self.topology.save(self.topology_path)
+        self.processes.update(self.build_processes())
+        for process in self.processes.values():
+            process.spawn()
+        self._wait_healthy(list(self.processes.values()), timeout)
+
+    def service_process(self, name: str) -> ManagedProcess:
+        """The process of one demo service app (`python -m cascadebreaker.demo.serve`)."""
+        spec = self.topology.service(name)
+        return ManagedProcess(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "cascadebreaker.demo.serve",
+                "--topology",
+                str(self.topology_path),
+                "--service",
+                name,
+            ],
+            f"{spec.app_url}/healthz",
+            self.workdir / f"{name}.log",
+        )
+
+    def build_processes(self) -> dict[str, ManagedProcess]:
+        """Every process of the saga demo, upstreams first: service apps and their sidecars."""
+        processes: dict[str, ManagedProcess] = {}
         for name in START_ORDER:
             spec = self.topology.service(name)
-            self.processes[name] = ManagedProcess(
-                name,
-                [
-                    sys.executable,
-                    "-m",
-                    "cascadebreaker.demo.serve",
-                    "--topology",
-                    str(self.topology_path),
-                    "--service",
-                    name,
-                ],
-                f"{spec.app_url}/healthz",
-                self.workdir / f"{name}.log",
-            )
+            processes[name] = self.service_process(name)
             if spec.sidecar is not None and spec.admin_url is not None:
                 config = write_sidecar_config(self.topology, name, self.workdir)
-                self.processes[f"{name}-sidecar"] = ManagedProcess(
+                processes[f"{name}-sidecar"] = ManagedProcess(
                     f"{name}-sidecar",
                     [
                         sys.executable,
@@ -184,9 +201,7 @@ class DemoSystem:
                     # One secret per demo run: cascade updates between the sidecars are signed.
                     {"CCB_SECRET": self.secret},
                 )
-        for process in self.processes.values():
-            process.spawn()
-        self._wait_healthy(list(self.processes.values()), timeout)
+        return processes
 
     def _wait_healthy(self, processes: list[ManagedProcess], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -31,8 +31,9 @@ CALLS: dict[str, tuple[str, ...]] = {
     "courier": (),
 }
 
-# External upstreams: third parties with switchable faults and no sidecar of their own.
-EXTERNAL = frozenset({"payment-gateway", "courier"})
+# External upstreams: third parties with switchable faults and no sidecar of their own (the
+# settlement API is the web demo's, `ccb demo web`).
+EXTERNAL = frozenset({"payment-gateway", "courier", "settlement-api"})
 
 # Start order: upstreams first so that callers find them healthy.
 START_ORDER = ("payment-gateway", "courier", "inventory", "payment", "shipping", "order", "gateway")
@@ -118,6 +119,8 @@ class Topology:
     timings: Timings = field(default_factory=Timings)
     # Whether the orchestrator asks its sidecar before a saga (sidecar mode only).
     precheck: bool = True
+    # The service a user talks to: the saga's gateway, the web demo's page.
+    entry: str = "gateway"
 
     @classmethod
     def allocate(
@@ -150,8 +153,13 @@ class Topology:
 
     @property
     def public_url(self) -> str:
-        """The public entry point (the gateway, through its sidecar when it has one)."""
-        return self.service("gateway").ingress_url
+        """The public entry point (the entry service, through its sidecar when it has one)."""
+        return self.service(self.entry).ingress_url
+
+    @property
+    def external(self) -> list[str]:
+        """The external upstreams of this topology (the ones `ccb fault` can switch)."""
+        return sorted(name for name, spec in self.services.items() if spec.external)
 
     def upstream_base_url(self, caller: str, upstream: str) -> str:
         """The base URL `caller` uses to reach `upstream` in this mode."""
@@ -176,6 +184,7 @@ class Topology:
             "mode": self.mode.value,
             "timings": asdict(self.timings),
             "precheck": self.precheck,
+            "entry": self.entry,
             "services": {n: asdict(s) for n, s in self.services.items()},
         }
 
@@ -191,6 +200,7 @@ class Topology:
             services,
             Timings(**data.get("timings", {})),
             bool(data.get("precheck", True)),
+            str(data.get("entry", "gateway")),
         )
 
     def save(self, path: Path) -> None:
