@@ -52,6 +52,12 @@ def register(subparsers: Any) -> None:
     from cascadebreaker.demo.workerpool_scenario import add_arguments
 
     add_arguments(workerpool)
+    web = demo_sub.add_parser(
+        "web", help="the settlement report page (Django + Inertia + Vue) with a guarded widget"
+    )
+    from cascadebreaker.demo.web.command import add_arguments as add_web_arguments
+
+    add_web_arguments(web)
 
     experiment = subparsers.add_parser(
         "experiment", help="three modes x three faults + overhead: results.json, report, plots"
@@ -87,7 +93,12 @@ def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from cascadebreaker.demo.control import remove_state, write_state
+    from cascadebreaker.demo.control import (
+        DemoAlreadyRunning,
+        claim_state,
+        remove_state,
+        write_state,
+    )
     from cascadebreaker.demo.launcher import DemoSystem, LaunchError, sigterm_as_interrupt
     from cascadebreaker.demo.story import StoryState, run_story, watch
     from cascadebreaker.demo.view import addresses, render, summary_lines
@@ -96,6 +107,11 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.rate <= 0 or args.recovery_timeout <= 0:
         print("ccb demo: --seconds, --rate and --recovery-timeout must be > 0", file=sys.stderr)
         return 2
+    try:
+        claim_state()
+    except DemoAlreadyRunning as exc:
+        print(f"ccb demo: {exc}", file=sys.stderr)
+        return 1
     mode = Mode(args.mode) if args.mode else default_mode()
     timings = Timings(call_timeout=2.0, failure_threshold=5, recovery_timeout=args.recovery_timeout)
     system = DemoSystem.create(mode, timings)
@@ -279,7 +295,7 @@ def run_fault_clear(args: argparse.Namespace) -> int:
 
     try:
         cleared = clear_faults(read_state().topology, args.service)
-    except DemoNotRunning as exc:
+    except (ValueError, DemoNotRunning) as exc:
         print(f"ccb fault: {exc}", file=sys.stderr)
         return 2
     print(f"cleared: {', '.join(cleared)}")

@@ -8,6 +8,7 @@ from starlette.types import ASGIApp
 
 from cascadebreaker.demo.services import backends, external, gateway, order
 from cascadebreaker.demo.services.common import ServiceContext
+from cascadebreaker.demo.web import settlement_api
 
 AppFactory = Callable[[ServiceContext], ASGIApp]
 
@@ -20,6 +21,7 @@ APP_FACTORIES: dict[str, AppFactory] = {
     "shipping": backends.create_shipping_app,
     "payment-gateway": external.create_app,
     "courier": external.create_app,
+    "settlement-api": settlement_api.create_app,
 }
 
 
