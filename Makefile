@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test check bench install clean
+.PHONY: demo test check bench install clean assets
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,10 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench
+
+# Front ends: Vue/Vite sources in frontend/, built into the package (only this target needs node).
+assets:
+	cd frontend/demo-web && npm ci --no-audit --no-fund && npm run build
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

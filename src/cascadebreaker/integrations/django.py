@@ -17,11 +17,10 @@ Inertia page routes should not rely on this: they answer 200 with guarded props
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
 from ..errors import CircuitOpenError
@@ -50,7 +49,8 @@ class CircuitOpenMiddleware:
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
-        self.is_async = inspect.iscoroutinefunction(get_response)
+        # asgiref's test also sees middleware instances marked as coroutine functions.
+        self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             # Django then runs this middleware in async mode, with no thread hop.
             markcoroutinefunction(self)
