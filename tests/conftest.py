@@ -140,9 +140,11 @@ def _require_chromium() -> str:
     return binary
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API is open, its event loop counts as running
+# on the main thread, so every later asyncio.run / async test / asgiref AsyncToSync would fail.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
-    """A headless Chromium (playwright `Browser`) shared by the session's browser tests."""
+    """A headless Chromium (playwright `Browser`) shared by one module's browser tests."""
     binary = _require_chromium()
     from playwright.sync_api import sync_playwright
 
