@@ -16,6 +16,8 @@ MODULES = [
     "cascadebreaker.integrations.prometheus",
     "cascadebreaker.integrations.rejection",
     "cascadebreaker.integrations.asgi",
+    "cascadebreaker.integrations.inertia",
+    "cascadebreaker.integrations.django",
 ]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -276,3 +278,13 @@ def test_bad_arguments_name_the_field(
 
 def _raise() -> None:
     raise ConnectionError("down")
+
+
+def test_the_library_and_the_props_load_without_django() -> None:
+    # The `django` extra is optional: importing the package or guarded props must not need it.
+    code = (
+        "import sys, cascadebreaker, cascadebreaker.integrations.inertia; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'inertia')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -33,14 +33,15 @@ from __future__ import annotations
 import math
 import threading
 import time
+import typing
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..breaker import CircuitBreaker
 from ..degraded import FallbackReason
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from inertia.prop_classes import DeferredProp, OptionalProp
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "guarded_prop",
 ]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 # Reason codes of a degraded prop (snake_case, like the sidecar's rejection reasons).
 REASON_CIRCUIT_OPEN = "circuit_open"  # rejected without calling: OPEN, or half-open probes busy
@@ -113,13 +114,13 @@ class StaleCache:
             self._values.clear()
 
 
-class GuardedProp(Generic[T]):
+class GuardedProp(Generic[_T]):
     """A lazily evaluated prop: calling it runs `fetch` through `breaker` and returns the dict."""
 
     def __init__(
         self,
         breaker: CircuitBreaker,
-        fetch: Callable[[], T],
+        fetch: Callable[[], _T],
         *,
         fallback: Callable[[FallbackReason], Any] | None = None,
         stale: StaleCache | None = None,
@@ -148,7 +149,7 @@ class GuardedProp(Generic[T]):
         called = False
         why: list[FallbackReason] = []
 
-        def run() -> T:
+        def run() -> _T:
             nonlocal called
             called = True
             return self.fetch()
@@ -203,19 +204,19 @@ def _prop(
 
 def guarded_prop(
     breaker: CircuitBreaker,
-    fetch: Callable[[], T],
+    fetch: Callable[[], _T],
     *,
     fallback: Callable[[FallbackReason], Any] | None = None,
     stale: StaleCache | None = None,
     key: Hashable = None,
-) -> GuardedProp[T]:
+) -> GuardedProp[_T]:
     """A prop evaluated only when sent, whose value is the degraded-result dict of `fetch`."""
     return GuardedProp(breaker, fetch, fallback=fallback, stale=stale, key=key)
 
 
 def guarded_optional(
     breaker: CircuitBreaker,
-    fetch: Callable[[], T],
+    fetch: Callable[[], _T],
     *,
     fallback: Callable[[FallbackReason], Any] | None = None,
     stale: StaleCache | None = None,
@@ -229,7 +230,7 @@ def guarded_optional(
 
 def guarded_deferred(
     breaker: CircuitBreaker,
-    fetch: Callable[[], T],
+    fetch: Callable[[], _T],
     *,
     group: str = "default",
     fallback: Callable[[FallbackReason], Any] | None = None,
