@@ -15,6 +15,9 @@ _COMMANDS = {
     "demo": "cascadebreaker.demo.command",
     "fault": "cascadebreaker.demo.command",
     "experiment": "cascadebreaker.demo.command",
+    "inject": "cascadebreaker.kube.command",
+    "injector": "cascadebreaker.kube.command",
+    "netinit": "cascadebreaker.kube.command",
 }
 
 

@@ -9,25 +9,47 @@ import sys
 from typing import Any
 
 from cascadebreaker.sidecar.cascade_config import parse_cascade_config
-from cascadebreaker.sidecar.config import ConfigError, SidecarConfig, load_config
+from cascadebreaker.sidecar.config import ConfigError, SidecarConfig, load_config, parse_config
 
 
 def register(subparsers: Any) -> None:
     """Add the `sidecar` subcommand."""
     parser = subparsers.add_parser("sidecar", help="run the sidecar proxy")
     parser.add_argument("--config", required=True, metavar="FILE", help="YAML configuration")
+    parser.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="NAME=ADDR",
+        help="override listen.NAME (an injector pins the ports its manifests rely on)",
+    )
     parser.set_defaults(handler=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Load the config (exit 2 when invalid) and serve until SIGTERM (exit 0)."""
     try:
-        config = load_config(args.config)
+        config = override_listeners(load_config(args.config), args.listen)
         parse_cascade_config(config.cascade)  # the `cascade:` section has its own model
     except ConfigError as exc:
         print(f"ccb sidecar: invalid config {args.config}: {exc}", file=sys.stderr)
         return 2
     return serve(config)
+
+
+def override_listeners(config: SidecarConfig, overrides: list[str]) -> SidecarConfig:
+    """`config` with `NAME=HOST:PORT` overrides of its listeners, validated like the file."""
+    if not overrides:
+        return config
+    listen = config.listen.model_dump()
+    for item in overrides:
+        name, sep, address = item.partition("=")
+        if not sep or name not in listen:
+            raise ConfigError(
+                f"--listen {item}: must be NAME=HOST:PORT, NAME one of {list(listen)}"
+            )
+        listen[name] = None if address in ("", "null") else address
+    return parse_config({**config.model_dump(), "listen": listen})
 
 
 def serve(config: SidecarConfig) -> int:

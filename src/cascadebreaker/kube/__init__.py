@@ -1,0 +1,1 @@
+"""Kubernetes: sidecar injection (`ccb inject`, `ccb injector`) and interception (`ccb netinit`)."""
