@@ -1,7 +1,7 @@
 """Pods on one machine: network namespaces joined to a bridge inside a private "node" namespace.
 
     root namespace            node namespace "<prefix>-node"          pod namespaces
-    blackhole <range>/24      br0 ── v-<pod> ═══════ veth ═══════ eth0 <range>.N/24  "<prefix>-<pod>"
+    blackhole <range>/24      br0 ── v<n> ═══ veth ═══ eth0 <range>.N/24  "<prefix>-<pod>"
 
 Safety (the machine is shared): every address of the pod range lives only inside namespaces made
 here; while a lab is up the root namespace has a blackhole route for the range, so nothing sent

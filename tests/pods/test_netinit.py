@@ -1,4 +1,4 @@
-"""`ccb netinit` in a real network namespace: the app's TCP goes to the sidecar, the sidecar's not."""
+"""`ccb netinit` in a real network namespace: the app's TCP goes to the sidecar, its own not."""
 
 from __future__ import annotations
 
