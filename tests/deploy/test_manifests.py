@@ -1,68 +1,156 @@
-"""The Kubernetes manifests are consistent with the sidecar they run."""
+"""The Kustomize tree renders, passes strict schema validation and agrees with the sidecar."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
 from typing import Any
 
+import pytest
 import yaml
 
+from cascadebreaker.kube.inject import SIDECAR, InjectOptions, inject, pod_templates
+from cascadebreaker.sidecar.cascade_config import parse_cascade_config
+from cascadebreaker.sidecar.command import override_listeners
 from cascadebreaker.sidecar.config import parse_config
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
-
-
-def documents() -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for path in sorted(DEPLOY.glob("*.yaml")):
-        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return docs
+from tests.deploy import shop_manifests
+from tests.deploy.render import KUBE, OVERLAYS, ROOT, kustomize
+from tests.kube.k8s_schema import KUBERNETES_VERSIONS, validate_strict
 
 
-def by_kind(kind: str) -> list[dict[str, Any]]:
-    return [d for d in documents() if d["kind"] == kind]
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: kustomize(name) for name in OVERLAYS}
 
 
-def test_kustomization_lists_every_manifest() -> None:
-    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    files = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(kustomization["resources"]) == files
+def test_every_rendered_object_is_valid_for_every_claimed_version(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for name, docs in rendered.items():
+        assert docs, name
+        for doc in docs:
+            validate_strict(doc)
+            validate_strict(inject(doc))  # and as it is applied after `ccb inject`
 
 
-def test_sidecar_config_in_the_configmap_is_valid_and_matches_the_pod() -> None:
-    (configmap,) = [c for c in by_kind("ConfigMap") if c["metadata"]["name"] == "checkout-sidecar"]
-    config = parse_config(yaml.safe_load(configmap["data"]["sidecar.yaml"]))
-    (deployment,) = [d for d in by_kind("Deployment") if d["metadata"]["name"] == "checkout"]
-    pod = deployment["spec"]["template"]["spec"]
-    sidecar = next(c for c in pod["containers"] if c["name"] == "sidecar")
-    ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
-    assert config.listen.inbound is not None and config.listen.admin is not None
-    assert config.listen.grpc is not None
-    assert ports == {
-        "inbound": config.listen.inbound.port,
-        "grpc": config.listen.grpc.port,
-        "admin": config.listen.admin.port,
+def test_overlays_share_the_base(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for overlay in ("overlays/checkout", "overlays/shop"):
+        names = {(d["kind"], d["metadata"]["name"]) for d in rendered[overlay]}
+        assert {
+            ("Deployment", "ccb-redis"),
+            ("Service", "ccb-redis"),
+            ("Secret", "ccb-secret"),
+        } <= names
+
+
+def test_checkout_is_written_as_inject_writes_it(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    text = (KUBE / "overlays/checkout/checkout.yaml").read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert [inject(d) for d in docs] == docs  # a fixed point: nothing hand-edited out of shape
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    ((_, template),) = list(pod_templates(deployment))
+    sidecar = next(c for c in template["spec"]["initContainers"] if c["name"] == SIDECAR)
+    assert sidecar["restartPolicy"] == "Always"
+
+
+def _sidecar_configs(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        d["metadata"]["name"]: yaml.safe_load(d["data"]["sidecar.yaml"])
+        for d in docs
+        if d["kind"] == "ConfigMap" and "sidecar.yaml" in d.get("data", {})
     }
-    # probes hit the admin listener's health endpoints
-    assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
-    assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
-    # the app's proxy points at the outbound listener
-    app = next(c for c in pod["containers"] if c["name"] == "app")
-    proxy = next(e["value"] for e in app["env"] if e["name"] == "HTTP_PROXY")
-    assert config.listen.outbound is not None
-    assert proxy == f"http://{config.listen.outbound}"
-    # the shared store is the Redis Service of these manifests
-    (redis_service,) = [s for s in by_kind("Service") if s["metadata"]["name"] == "ccb-redis"]
-    assert config.store == f"redis://ccb-redis:{redis_service['spec']['ports'][0]['port']}/0"
 
 
-def test_services_target_named_container_ports() -> None:
-    container_ports = {
-        p["name"]
-        for d in by_kind("Deployment")
-        for c in d["spec"]["template"]["spec"]["containers"]
-        for p in c.get("ports", [])
-    }
-    for service in by_kind("Service"):
-        for port in service["spec"]["ports"]:
-            assert port["targetPort"] in container_ports, service["metadata"]["name"]
+@pytest.mark.parametrize("overlay", ["overlays/checkout", "overlays/shop"])
+def test_sidecar_configs_are_valid_and_match_the_pods(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    docs = [inject(d) for d in rendered[overlay]]
+    configs = _sidecar_configs(docs)
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    injected = 0
+    for doc in docs:
+        for _owner, template in pod_templates(doc):
+            spec = template["spec"]
+            sidecars = [c for c in spec.get("initContainers", []) if c["name"] == SIDECAR]
+            if not sidecars:
+                continue
+            injected += 1
+            (sidecar,) = sidecars
+            volume = next(v for v in spec["volumes"] if v["name"] == "ccb-config")
+            raw = configs[volume["configMap"]["name"]]
+            # what the container will run: the file plus the listeners its args pin
+            pinned = [a for a in sidecar["args"] if re.match(r"^\w+=", a)]
+            config = override_listeners(parse_config(raw), pinned)
+            parse_cascade_config(config.cascade)
+            ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+            assert config.listen.admin is not None and config.listen.inbound is not None
+            assert ports["ccb-admin"] == config.listen.admin.port
+            assert config.listen.admin.host == "0.0.0.0"  # the kubelet probes the pod's address
+            assert ports["ccb-inbound"] == config.listen.inbound.port
+            # every upstream is a Service of this overlay, on a port it exposes
+            for upstream in config.upstreams.values():
+                host, port = upstream.url.removeprefix("http://").split(":")
+                if host in services:
+                    assert int(port) in {p["port"] for p in services[host]["spec"]["ports"]}
+    assert injected > 0
+
+
+def test_services_target_ports_the_pods_listen_on(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for overlay in ("overlays/checkout", "overlays/shop"):
+        docs = [inject(d) for d in rendered[overlay]]
+        pods = {}
+        for doc in docs:
+            for _owner, template in pod_templates(doc):
+                labels = template["metadata"]["labels"]
+                containers = template["spec"]["containers"] + template["spec"].get(
+                    "initContainers", []
+                )
+                pods[labels["app.kubernetes.io/name"]] = {
+                    p["containerPort"] for c in containers for p in c.get("ports", [])
+                }
+        for service in (d for d in docs if d["kind"] == "Service"):
+            target = pods[service["spec"]["selector"]["app.kubernetes.io/name"]]
+            for port in service["spec"]["ports"]:
+                assert port["targetPort"] in target or isinstance(port["targetPort"], str)
+
+
+def test_shop_overlay_is_generated_from_the_demo_topology() -> None:
+    committed = (KUBE / "overlays/shop/shop.yaml").read_text()
+    assert committed == shop_manifests.render(), (
+        "regenerate: python -m tests.deploy.shop_manifests"
+        " > deploy/kubernetes/overlays/shop/shop.yaml"
+    )
+
+
+def test_webhook_configuration_points_at_the_injector(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["injector"]
+    (webhook_config,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (webhook,) = webhook_config["webhooks"]
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["rules"][0]["resources"] == ["pods"]
+    service_ref = webhook["clientConfig"]["service"]
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    assert service_ref["name"] == service["metadata"]["name"]
+    assert service_ref["namespace"] == service["metadata"]["namespace"]
+    assert service_ref["path"] == "/mutate"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "injector"
+    assert "--listen=0.0.0.0:8443" in container["args"]
+
+
+def test_dockerfile_matches_what_the_manifests_assume() -> None:
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ARG BASE_IMAGE=python:3.11-slim" in dockerfile
+    assert dockerfile.count("FROM ${BASE_IMAGE}") == 2  # multi-stage on the same base
+    uid = InjectOptions().proxy_uid
+    assert f"USER {uid}:{uid}" in dockerfile  # netinit exempts exactly the sidecar's uid
+    assert 'ENTRYPOINT ["ccb"]' in dockerfile
+
+
+def test_claimed_versions_start_with_native_sidecars() -> None:
+    assert KUBERNETES_VERSIONS[0] == "1.29.0"

@@ -19,13 +19,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cascadebreaker.demo.serve")
     parser.add_argument("--topology", type=Path, required=True)
     parser.add_argument("--service", required=True)
+    # A service without a sidecar in a pod is reached on the pod's address, not loopback.
+    parser.add_argument("--host", default=HOST, help=f"address to bind (default {HOST})")
     args = parser.parse_args(argv)
     topology = Topology.load(args.topology)
     spec = topology.service(args.service)
     app = create_app(ServiceContext(spec.name, topology))
     config = uvicorn.Config(
         app,
-        host=HOST,
+        host=args.host,
         port=spec.port,
         log_level="warning",
         access_log=False,
