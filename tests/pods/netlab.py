@@ -112,6 +112,8 @@ class Lab:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     subnet: str = ""
     _namespaces: list[str] = field(default_factory=list)
+    _netem: bool | None = None
+    _loss_rules: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def node(self) -> str:
@@ -216,12 +218,91 @@ class Lab:
         """Take a pod's link on the bridge down (or back up)."""
         self.node_exec(["ip", "link", "set", pod.node_link, "up" if up else "down"])
 
-    def netem(self, pod: Pod, spec: Sequence[str] | None) -> None:
-        """Shape traffic towards a pod with tc netem (e.g. ["delay", "300ms"]); None clears."""
-        if spec is None:
-            self.node_exec(["tc", "qdisc", "del", "dev", pod.node_link, "root"], check=False)
-        else:
-            self.node_exec(["tc", "qdisc", "replace", "dev", pod.node_link, "root", "netem", *spec])
+    def netem_available(self) -> bool:
+        """Whether this kernel has sch_netem (some VM kernels ship without it)."""
+        if self._netem is None:
+            probe = ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]
+            self._netem = run(["ip", "netns", "exec", self.node, *probe], check=False) == "" and (
+                "netem" in self.node_exec(["tc", "qdisc", "show", "dev", "lo"])
+            )
+            self.node_exec(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
+        return self._netem
+
+    def delay(self, pod: Pod, ms: int) -> str:
+        """Slow the traffic towards a pod; returns how ("netem" or "tbf")."""
+        if self.netem_available():
+            self.node_exec(
+                [
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    pod.node_link,
+                    "root",
+                    "netem",
+                    "delay",
+                    f"{ms}ms",
+                ]
+            )
+            return "netem"
+        # Without netem: a link so slow that a request's bytes take about `ms` to get through.
+        self.node_exec(
+            [
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                pod.node_link,
+                "root",
+                "tbf",
+                "rate",
+                "2kbit",
+                "burst",
+                "1600",
+                "latency",
+                "60s",
+            ]
+        )
+        return "tbf"
+
+    def loss(self, pod: Pod, percent: int) -> str:
+        """Drop `percent` of the packets towards a pod; returns how ("netem" or "iptables")."""
+        if self.netem_available():
+            self.node_exec(
+                [
+                    "tc",
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    pod.node_link,
+                    "root",
+                    "netem",
+                    "loss",
+                    f"{percent}%",
+                ]
+            )
+            return "netem"
+        # Without netem: the same random drop, by iptables in the pod's own namespace.
+        rule = [
+            "-m",
+            "statistic",
+            "--mode",
+            "random",
+            "--probability",
+            f"{percent / 100:.4f}",
+            "-j",
+            "DROP",
+        ]
+        self.pod_exec(pod, ["iptables", "-I", "INPUT", *rule])
+        self._loss_rules[pod.name] = rule
+        return "iptables"
+
+    def heal(self, pod: Pod) -> None:
+        """Undo delay and loss on a pod's link."""
+        self.node_exec(["tc", "qdisc", "del", "dev", pod.node_link, "root"], check=False)
+        rule = self._loss_rules.pop(pod.name, None)
+        if rule is not None:
+            self.pod_exec(pod, ["iptables", "-D", "INPUT", *rule], check=False)
 
     def close(self) -> None:
         """Kill every process of the lab, delete its namespaces and the blackhole route."""

@@ -49,8 +49,10 @@ class ListenConfig(_Strict):
     inbound: HostPort | None = HostPort(host="127.0.0.1", port=15006)
     grpc: HostPort | None = HostPort(host="127.0.0.1", port=15002)
     admin: HostPort | None = HostPort(host="127.0.0.1", port=15000)
+    # Connections redirected by `ccb netinit` (iptables REDIRECT); off unless set.
+    transparent: HostPort | None = None
 
-    @field_validator("outbound", "inbound", "grpc", "admin", mode="before")
+    @field_validator("outbound", "inbound", "grpc", "admin", "transparent", mode="before")
     @classmethod
     def _addresses(cls, value: Any) -> Any:
         return _parse_host_port(value)
@@ -149,6 +151,15 @@ class LimitsConfig(_Strict):
     idle_timeout: float = Field(default=75.0, gt=0)
 
 
+class InterceptionConfig(_Strict):
+    """What the transparent listener does with destinations that are no upstream's."""
+
+    unknown_destinations: Literal["relay", "refuse"] = "relay"
+    # Seconds between re-resolving the upstreams' host names to addresses.
+    resolve_interval: float = Field(default=30.0, gt=0)
+    connect_timeout: float = Field(default=5.0, gt=0)
+
+
 class SidecarConfig(_Strict):
     """The whole sidecar configuration file."""
 
@@ -158,6 +169,7 @@ class SidecarConfig(_Strict):
     store: str = "memory"
     upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
+    interception: InterceptionConfig = InterceptionConfig()
     # Seconds that in-flight requests get to finish after SIGTERM.
     shutdown_grace: float = Field(default=10.0, ge=0)
     # Owned by the cascade; accepted as-is for now.

@@ -34,6 +34,7 @@ class SidecarServer:
         self.tracker = ConnectionTracker(config.limits.header_timeout, config.limits.idle_timeout)
         self.servers: dict[str, asyncio.Server] = {}
         self._grpc: Any = None
+        self._transparent: Any = None
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
@@ -51,6 +52,13 @@ class SidecarServer:
         for name, address, handler in handlers:
             if address is not None:
                 self.servers[name] = await self._listen(address, handler, limits)
+        if listen.transparent is not None:
+            from cascadebreaker.sidecar.transparent import TransparentListener
+
+            self._transparent = TransparentListener(
+                runtime, limits, self.tracker, config.interception
+            )
+            self.servers["transparent"] = await self._transparent.start(listen.transparent)
         if listen.grpc is not None:
             self._grpc = await _start_grpc(runtime, listen.grpc)
         # Everything built so far lives as long as the process: move it out of the collector's
@@ -95,6 +103,8 @@ class SidecarServer:
                 self.runtime.cascade.hub.close()  # Watch streams never end on their own
         for server in self.servers.values():
             server.close()
+        if self._transparent is not None:
+            self._transparent.close()
         grace = self.config.shutdown_grace
         grpc_stop = self._grpc.stop(grace) if self._grpc is not None else None
         self.tracker.drain()
