@@ -205,7 +205,11 @@ class _Acceptor(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         protocol = self.listener.protocol_for(transport)
         if protocol is None:
-            cast(asyncio.Transport, transport).abort()  # a reset, like a closed port
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # linger 0: the close is a reset, as from a closed port
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            cast(asyncio.Transport, transport).abort()
             return
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
