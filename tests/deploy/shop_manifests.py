@@ -92,6 +92,8 @@ def _deployment(name: str) -> dict[str, Any]:
         "ports": [{"name": "app", "containerPort": APP_PORT}],
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": {
+            # Not the sidecar's uid (1337): connections from that uid are never intercepted.
+            "runAsUser": 1000,
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

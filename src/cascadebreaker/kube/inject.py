@@ -210,9 +210,6 @@ def _sidecar_container(options: InjectOptions, transparent: bool) -> Manifest:
         "restartPolicy": "Always",
         "args": args,
         "env": [
-            _field_env("CCB_POD_NAME", "metadata.name"),
-            _field_env("CCB_POD_NAMESPACE", "metadata.namespace"),
-            _field_env("CCB_POD_IP", "status.podIP"),
             {
                 "name": "CCB_SECRET",
                 "valueFrom": {
@@ -274,10 +271,6 @@ def _netinit_container(options: InjectOptions, excluded: list[int]) -> Manifest:
             "capabilities": {"add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"]},
         },
     }
-
-
-def _field_env(name: str, path: str) -> Manifest:
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
 def _add_proxy_env(containers: list[Manifest], options: InjectOptions) -> dict[str, list[str]]:
