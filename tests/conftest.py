@@ -1,82 +1,20 @@
-"""Fixtures shared by every test tier: a throwaway redis-server on a free port."""
+"""Fixtures shared by every test tier: a throwaway redis-server on a free port.
+
+The server is the one cascadebreaker ships for its users (`cascadebreaker.testing`); the plugin's
+own fixtures (`ccb_redis_server`, ...) are tested in tests/testing.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
+from cascadebreaker.testing import RedisServer, free_port, throwaway_redis
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class RedisServer:
-    """A redis-server process owned by the tests."""
-
-    port: int
-    process: subprocess.Popen[bytes]
-    workdir: str
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        """Kill the server (simulates an outage)."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-    def start(self) -> None:
-        """(Re)start the server on the same port."""
-        self.process = _spawn_redis(self.port, self.workdir)
-
-
-def _spawn_redis(port: int, workdir: str) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-            "--protected-mode",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc
-        except OSError:
-            time.sleep(0.02)
-    proc.kill()
-    raise RuntimeError(f"redis-server did not start on port {port}")
+__all__ = ["RedisServer", "free_port"]
 
 
 def _require_redis() -> None:
@@ -88,12 +26,8 @@ def _require_redis() -> None:
 
 def _throwaway_redis() -> Iterator[RedisServer]:
     _require_redis()
-    workdir = tempfile.mkdtemp(prefix="ccb-redis-")
-    port = free_port()
-    server = RedisServer(port=port, process=_spawn_redis(port, workdir), workdir=workdir)
-    yield server
-    server.stop()
-    shutil.rmtree(workdir, ignore_errors=True)
+    with throwaway_redis() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

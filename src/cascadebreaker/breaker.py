@@ -7,6 +7,7 @@ import functools
 import inspect
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
@@ -18,6 +19,7 @@ from .core.state import Admission, Outcome, State
 from .degraded import FallbackReason, GuardedResult
 from .errors import CircuitOpenError
 from .events import OutcomeListener, TransitionListener
+from .logs import TransitionLogger
 from .permit import Permit
 from .stores.base import BreakerSlot, Clock, Store
 from .stores.memory import MemoryStore
@@ -32,6 +34,15 @@ _PROBE = Admission.PROBE
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
 _IGNORED = Outcome.IGNORED
+
+# Every breaker alive in this process, for `cascadebreaker.testing` (reset between tests).
+# Touched once per construction, never on the call path.
+_live: weakref.WeakSet[CircuitBreaker] = weakref.WeakSet()
+
+
+def live_breakers() -> list[CircuitBreaker]:
+    """The breakers this process holds right now (what test isolation resets)."""
+    return list(_live)
 
 
 class CircuitBreaker:
@@ -62,6 +73,7 @@ class CircuitBreaker:
         store: Store | None = None,
         listeners: Sequence[TransitionListener] = (),
         jitter: Callable[[], float] = random.random,
+        log_transitions: bool = True,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"name must be a non-empty string, got {name!r}")
@@ -100,6 +112,12 @@ class CircuitBreaker:
         )
         for listener in listeners:
             self.add_listener(listener)
+        # Breakers of one name and store share a slot: log its transitions once.
+        if log_transitions and not any(
+            isinstance(known, TransitionLogger) for known in self._slot.transition_listeners
+        ):
+            self.add_listener(TransitionLogger(self))
+        _live.add(self)
 
     # -- state and control -----------------------------------------------------------------
 

@@ -23,7 +23,6 @@ with `on_open="respond"`, returns a synthetic 503 response with `retry-after` an
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
@@ -31,10 +30,9 @@ import httpx
 
 from ..breaker import CircuitBreaker
 from ..errors import CircuitOpenError
-from ..permit import Permit
 from ..stores.base import Store
-from ..stores.memory import MemoryStore
 from .rejection import REJECTED_HEADER, rejection_body, rejection_headers
+from .routing import BreakerFactory, BreakerRouter
 
 __all__ = [
     "REJECTED_HEADER",
@@ -48,7 +46,6 @@ __all__ = [
 ]
 
 RequestKey = Callable[[httpx.Request], str]
-BreakerFactory = Callable[[str], CircuitBreaker]
 OnOpen = Literal["raise", "respond"]
 
 # Exceptions that say the upstream (or the path to it) is unhealthy.
@@ -65,8 +62,8 @@ def host_key(request: httpx.Request) -> str:
     return request.url.netloc.decode("ascii")
 
 
-class _BreakerRouting:
-    """Picks (and lazily creates) the breaker for a request; shared by the sync and async twins."""
+class _BreakerRouting(BreakerRouter[httpx.Request]):
+    """The router over httpx requests, plus the `on_open` answer; shared by both twins."""
 
     def __init__(
         self,
@@ -83,82 +80,18 @@ class _BreakerRouting:
     ) -> None:
         if on_open not in ("raise", "respond"):
             raise ValueError(f"on_open must be 'raise' or 'respond', got {on_open!r}")
-        if breaker is not None and (key is not None or breaker_factory is not None):
-            raise ValueError("breaker cannot be combined with key or breaker_factory")
-        if breaker_factory is not None and (store is not None or breaker_settings):
-            raise ValueError("breaker_factory cannot be combined with store or breaker settings")
-        if key is not None and not callable(key):
-            raise ValueError(f"key must be a callable taking a request, got {key!r}")
-        if not all(isinstance(s, int) and 100 <= s <= 599 for s in failure_statuses):
-            raise ValueError(f"failure_statuses must be HTTP status codes: {failure_statuses!r}")
-        if not isinstance(failure_exceptions, tuple) or not all(
-            isinstance(t, type) and issubclass(t, BaseException) for t in failure_exceptions
-        ):
-            raise ValueError(
-                f"failure_exceptions must be a tuple of exception types: {failure_exceptions!r}"
-            )
-        self._key = key or host_key
-        self._fixed = breaker
-        self._store = store if store is not None else MemoryStore()
-        self._settings = dict(breaker_settings)
-        self._factory = breaker_factory or self._build
-        if breaker_factory is None and breaker is None:
-            # Invalid settings fail here with the breaker's ValueError, not on the first request.
-            CircuitBreaker("settings-check", store=MemoryStore(), **self._settings)
-        self._failure_statuses = frozenset(failure_statuses)
-        self._failure_exceptions = failure_exceptions
+        super().__init__(
+            key=key or host_key,
+            custom_key=key is not None,
+            breaker=breaker,
+            breaker_factory=breaker_factory,
+            store=store,
+            breaker_settings=breaker_settings,
+            failure_statuses=failure_statuses,
+            failure_exceptions=failure_exceptions,
+            on_new_breaker=on_new_breaker,
+        )
         self._respond = on_open == "respond"
-        self._on_new = on_new_breaker
-        self._breakers: dict[str, CircuitBreaker] = {}
-        self._lock = threading.Lock()
-        if breaker is not None:
-            self._remember(breaker.name, breaker)
-
-    def _build(self, name: str) -> CircuitBreaker:
-        return CircuitBreaker(name, store=self._store, **self._settings)
-
-    @property
-    def breakers(self) -> dict[str, CircuitBreaker]:
-        """The breakers created so far, by key."""
-        with self._lock:
-            return dict(self._breakers)
-
-    def breaker_for(self, request: httpx.Request) -> CircuitBreaker:
-        """The breaker guarding `request`, created on first use."""
-        if self._fixed is not None:
-            return self._fixed
-        name = self._key(request)
-        found = self._breakers.get(name)  # dict reads are atomic; lock only to create
-        if found is not None:
-            return found
-        with self._lock:
-            found = self._breakers.get(name)
-            if found is None:
-                found = self._factory(name)
-                self._breakers[name] = found
-                created = True
-            else:
-                created = False
-        if created and self._on_new is not None:
-            self._on_new(found)
-        return found
-
-    def _remember(self, name: str, breaker: CircuitBreaker) -> None:
-        self._breakers[name] = breaker
-        if self._on_new is not None:
-            self._on_new(breaker)
-
-    def _settle(self, permit: Permit, response: httpx.Response) -> None:
-        if response.status_code in self._failure_statuses:
-            permit.failure()
-        else:
-            permit.success()
-
-    def _settle_error(self, permit: Permit, exc: BaseException) -> None:
-        if isinstance(exc, self._failure_exceptions):
-            permit.failure(exc)
-        else:
-            permit.ignore()
 
     def _rejected(self, request: httpx.Request, error: CircuitOpenError) -> httpx.Response:
         if not self._respond:
@@ -207,9 +140,9 @@ class BreakerTransport(_BreakerRouting, httpx.BaseTransport):
         try:
             response = self.transport.handle_request(request)
         except BaseException as exc:
-            self._settle_error(permit, exc)
+            self.settle_error(permit, exc)
             raise
-        self._settle(permit, response)
+        self.settle_status(permit, response.status_code)
         return response
 
     def close(self) -> None:
@@ -256,9 +189,9 @@ class AsyncBreakerTransport(_BreakerRouting, httpx.AsyncBaseTransport):
         try:
             response = await self.transport.handle_async_request(request)
         except BaseException as exc:  # cancellation included: it releases a probe slot
-            self._settle_error(permit, exc)
+            self.settle_error(permit, exc)
             raise
-        self._settle(permit, response)
+        self.settle_status(permit, response.status_code)
         return response
 
     async def aclose(self) -> None:
