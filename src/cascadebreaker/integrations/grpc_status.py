@@ -1,0 +1,96 @@
+"""A rejection as gRPC's standard rich error: `google.rpc.Status` + ErrorInfo + RetryInfo.
+
+    status = rejection_status(error)                 # google.rpc.Status (protobuf message)
+    rpc = rejection_rpc_status(error)                # grpc.Status: code, details, trailers
+    facts = parse_rejection(rpc_error)               # back from a client's grpc.RpcError
+
+The Status travels in the `grpc-status-details-bin` trailer, as every gRPC library's
+"rich error" helpers expect (Go `status.FromError`, Java `StatusProto.fromThrowable`, Python
+`grpc_status.rpc_status.from_call`). Code UNAVAILABLE; details:
+- `google.rpc.ErrorInfo{reason: "CIRCUIT_OPEN", domain: "cascadebreaker",
+  metadata: {breaker, state, reason: "circuit_open", retryAfter}}` (ErrorInfo reasons are
+  UPPER_SNAKE_CASE by the standard; `metadata.reason` is the word the HTTP body uses);
+- `google.rpc.RetryInfo{retry_delay}` when the circuit will admit a probe (absent when forced
+  open: there is no time to promise).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from ..errors import CircuitOpenError
+
+__all__ = [
+    "DOMAIN",
+    "ERROR_REASON",
+    "RejectionDetails",
+    "parse_rejection",
+    "rejection_rpc_status",
+    "rejection_status",
+]
+
+DOMAIN = "cascadebreaker"
+ERROR_REASON = "CIRCUIT_OPEN"
+
+
+def rejection_status(error: CircuitOpenError) -> status_pb2.Status:
+    """The `google.rpc.Status` for a rejection: UNAVAILABLE, ErrorInfo, RetryInfo if finite."""
+    retry = error.retry_after
+    metadata = {"breaker": error.name, "state": error.state.value, "reason": "circuit_open"}
+    if not math.isinf(retry):
+        metadata["retryAfter"] = f"{retry:.3f}"
+    details = [error_details_pb2.ErrorInfo(reason=ERROR_REASON, domain=DOMAIN, metadata=metadata)]
+    if not math.isinf(retry):
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(0, math.ceil(retry * 1e9)))
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+    packed = []
+    for message in details:
+        holder = any_pb2.Any()
+        holder.Pack(message)
+        packed.append(holder)
+    return status_pb2.Status(code=code_pb2.UNAVAILABLE, message=str(error), details=packed)
+
+
+def rejection_rpc_status(error: CircuitOpenError) -> grpc.Status:
+    """The same as a `grpc.Status` (code, details, `grpc-status-details-bin` trailer)."""
+    return rpc_status.to_status(rejection_status(error))
+
+
+@dataclass(frozen=True, slots=True)
+class RejectionDetails:
+    """What a client reads back from a rejected call's rich status."""
+
+    breaker: str
+    state: str
+    retry_after: float | None  # None when forced open
+
+
+def parse_rejection(call: Any) -> RejectionDetails | None:
+    """The rejection carried by a failed call (`grpc.RpcError` or aio error), or None."""
+    try:
+        status = rpc_status.from_call(call)
+    except ValueError:  # a trailer that does not match the call's code: not ours
+        return None
+    if status is None:
+        return None
+    info = None
+    retry_after = None
+    for holder in status.details:
+        if holder.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            holder.Unpack(info)
+        elif holder.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            holder.Unpack(retry)
+            retry_after = retry.retry_delay.ToNanoseconds() / 1e9
+    if info is None or info.domain != DOMAIN or info.reason != ERROR_REASON:
+        return None
+    return RejectionDetails(info.metadata["breaker"], info.metadata["state"], retry_after)
