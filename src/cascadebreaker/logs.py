@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import math
+import typing
 import weakref
-from typing import TYPE_CHECKING
 
 from .events import OutcomeEvent, TransitionEvent
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from .breaker import CircuitBreaker
 
 __all__ = ["LOGGER_NAME", "OutcomeLogger", "TransitionLogger"]

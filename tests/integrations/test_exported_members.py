@@ -18,6 +18,20 @@ MODULES = [
     "cascadebreaker.integrations.asgi",
     "cascadebreaker.integrations.inertia",
     "cascadebreaker.integrations.django",
+    "cascadebreaker.integrations.routing",
+    "cascadebreaker.integrations.requests",
+    "cascadebreaker.integrations.aiohttp",
+    "cascadebreaker.integrations.grpc",
+    "cascadebreaker.integrations.grpc_status",
+    "cascadebreaker.integrations.flask",
+    "cascadebreaker.integrations.fastapi",
+    "cascadebreaker.integrations.celery",
+    "cascadebreaker.integrations.opentelemetry",
+    "cascadebreaker.integrations.retry",
+    "cascadebreaker.integrations.tenacity",
+    "cascadebreaker.integrations.stamina",
+    "cascadebreaker.logs",
+    "cascadebreaker.testing",
 ]
 
 

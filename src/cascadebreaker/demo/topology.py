@@ -42,6 +42,8 @@ START_ORDER = ("payment-gateway", "courier", "inventory", "payment", "shipping",
 # Steps a saga orchestrator may have to undo, and how often it tries each compensation.
 COMPENSATED: dict[str, tuple[str, ...]] = {"order": ("inventory", "payment")}
 COMPENSATION_ATTEMPTS = 3
+# A compensation refused by an open breaker waits for the probe only when it is this close.
+COMPENSATION_PROBE_WAIT = 0.25
 
 
 def _budget(service: str) -> int:

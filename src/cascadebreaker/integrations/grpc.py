@@ -26,7 +26,7 @@ from ..breaker import CircuitBreaker
 from ..errors import CircuitOpenError
 from ..permit import Permit
 from ..stores.base import Store
-from .grpc_status import rejection_rpc_status
+from .grpc_status import rejection_rpc_status as _rejection_rpc_status
 from .routing import BreakerFactory, BreakerRouter
 
 __all__ = [
@@ -57,7 +57,7 @@ class CircuitOpenRpcError(grpc.RpcError, grpc.Call):  # type: ignore[misc]
 
     def __init__(self, rejection: CircuitOpenError) -> None:
         self.rejection = rejection
-        self._status = rejection_rpc_status(rejection)
+        self._status = _rejection_rpc_status(rejection)
         super().__init__(self._status.details)
 
     def code(self) -> grpc.StatusCode:
@@ -196,7 +196,7 @@ class BreakerInterceptor(
 
 
 def _aio_rejection(rejection: CircuitOpenError) -> aio.AioRpcError:
-    status = rejection_rpc_status(rejection)
+    status = _rejection_rpc_status(rejection)
     return aio.AioRpcError(
         status.code,
         aio.Metadata(),

@@ -18,7 +18,7 @@ from ..stores.memory import MemoryStore
 
 __all__ = ["BreakerFactory", "BreakerRouter", "route_name"]
 
-Req = TypeVar("Req")
+_Req = TypeVar("_Req")
 BreakerFactory = Callable[[str], CircuitBreaker]
 
 
@@ -27,13 +27,13 @@ def route_name(host: str, method: str, path: str) -> str:
     return f"{host} {method.upper()} {fold_path(path)}"
 
 
-class BreakerRouter(Generic[Req]):
+class BreakerRouter(Generic[_Req]):
     """Picks (and lazily creates) the breaker for a request; records outcomes by status."""
 
     def __init__(
         self,
         *,
-        key: Callable[[Req], str],
+        key: Callable[[_Req], str],
         breaker: CircuitBreaker | None,
         breaker_factory: BreakerFactory | None,
         store: Store | None,
@@ -84,7 +84,7 @@ class BreakerRouter(Generic[Req]):
         with self._lock:
             return dict(self._breakers)
 
-    def breaker_for(self, request: Req) -> CircuitBreaker:
+    def breaker_for(self, request: _Req) -> CircuitBreaker:
         """The breaker guarding `request`, created on first use."""
         if self._fixed is not None:
             return self._fixed

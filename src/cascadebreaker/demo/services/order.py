@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -12,9 +11,11 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.types import ASGIApp
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from cascadebreaker.demo.services.common import DownstreamError, ServiceContext, service_app
-from cascadebreaker.demo.topology import COMPENSATION_ATTEMPTS
+from cascadebreaker.demo.topology import COMPENSATION_ATTEMPTS, COMPENSATION_PROBE_WAIT
+from cascadebreaker.integrations.tenacity import retry_when_probe_due, wait_for_probe
 
 # The endpoint the pre-check asks about: this service's own saga entry.
 ORDER_ENDPOINT = "POST /v1/orders"
@@ -123,18 +124,30 @@ class OrderSaga:
 
     async def _compensate(self, run: SagaRun) -> None:
         for name, undo in reversed(run.undo):
-            for attempt in range(COMPENSATION_ATTEMPTS):
-                try:
-                    await undo()
-                except DownstreamError:
-                    # Compensations must happen eventually; a short pause, then try again.
-                    await asyncio.sleep(0.05 * (attempt + 1))
-                    continue
-                run.compensations += 1
-                self.ctx.stats.incr(f"compensations.{name}")
-                break
-            else:
+            try:
+                await self._undo_with_retries(undo)
+            except DownstreamError:
                 run.compensation_failures += 1
+                continue
+            run.compensations += 1
+            self.ctx.stats.incr(f"compensations.{name}")
+
+    @staticmethod
+    async def _undo_with_retries(undo: Callable[[], Awaitable[Any]]) -> None:
+        # Retry outside, breaker inside (each attempt asks the downstream's breaker): a failed
+        # compensation is tried again after a short pause; one the breaker refused only when
+        # its probe is due soon, and then exactly at the probe, never into the open circuit.
+        retrying = AsyncRetrying(
+            retry=retry_when_probe_due(
+                COMPENSATION_PROBE_WAIT, retry_if_exception_type(DownstreamError)
+            ),
+            wait=wait_for_probe(wait_incrementing(start=0.05, increment=0.05)),
+            stop=stop_after_attempt(COMPENSATION_ATTEMPTS),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await undo()
 
 
 def create_app(ctx: ServiceContext) -> ASGIApp:
