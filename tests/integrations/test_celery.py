@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +52,9 @@ def worker(redis_server: RedisServer) -> Iterator[dict[str, Any]]:
         countdowns.append(reason.when if refused else -1)
 
     task_retry.connect(on_retry, weak=False)
+    # The embedded worker configures logging: a root handler bound to this test's captured
+    # stderr, which later tests' records would hit once that stream is closed. Put it back.
+    root_handlers, root_level = logging.root.handlers[:], logging.root.level
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=20):
         yield {
             "charge": charge,
@@ -60,9 +65,12 @@ def worker(redis_server: RedisServer) -> Iterator[dict[str, Any]]:
             "countdowns": countdowns,
         }
     task_retry.disconnect(on_retry)
+    gc.collect()  # results caught in exception cycles unsubscribe now, while Redis is up
     # Close the result listener before the session's redis-server goes away.
     app.backend.result_consumer.stop()
     app.close()
+    logging.root.handlers[:] = root_handlers
+    logging.root.setLevel(root_level)
 
 
 @pytest.fixture
