@@ -11,6 +11,7 @@ import pytest
 LIBRARIES = {
     "aiohttp",
     "celery",
+    "django",
     "fastapi",
     "flask",
     "google.protobuf",
