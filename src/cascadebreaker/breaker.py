@@ -51,6 +51,8 @@ class CircuitBreaker:
     Calls go through `call` / `acall`, the decorator form, `with` / `async with`, `guard` /
     `aguard` (degraded result, never raises for upstream failures) or `acquire` (a permit for
     code that records the outcome itself, such as a proxy).
+    State changes are logged at WARNING to `cascadebreaker.transitions` (`log_transitions=False`
+    turns that off for this breaker).
     """
 
     def __init__(

@@ -45,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{stamp()}  ** {event.from_state} -> {event.to_state} ({event.reason})")
 
     breaker = CircuitBreaker(
-        "pricing", failure_threshold=3, recovery_timeout=args.recovery, listeners=[on_transition]
+        "pricing",
+        failure_threshold=3,
+        recovery_timeout=args.recovery,
+        listeners=[on_transition],
+        log_transitions=False,  # the timeline prints them; no second copy on stderr
     )
 
     def fetch() -> str:

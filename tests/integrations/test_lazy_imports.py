@@ -55,7 +55,8 @@ def test_the_testing_helpers_import_no_integration_library() -> None:
         ("opentelemetry", {"opentelemetry"}),
         ("tenacity", {"tenacity"}),
         ("stamina", set()),  # the hook is a plain function: stamina calls it, we import nothing
-        ("celery", {"celery", "redis"}),  # kombu may bring the redis client along
+        # kombu may bring the redis client along, and celery probes for Django when installed
+        ("celery", {"celery", "redis", "django"}),
     ],
 )
 def test_an_integration_imports_only_its_own_library(module: str, own: set[str]) -> None:
