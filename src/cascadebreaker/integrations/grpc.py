@@ -16,7 +16,7 @@ A rejected call never reaches the channel: it raises a `grpc.RpcError` (for aio,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -130,6 +130,36 @@ class _Classifier:
             permit.success()
 
 
+class _SettlingStream:
+    """A response stream that records its outcome when the reader reaches its end or error.
+
+    grpc runs done callbacks on its own thread, possibly after the reader has seen the end; this
+    records in the reader's thread first (a permit ignores the second record). Everything else
+    is the underlying call's.
+    """
+
+    def __init__(self, call: Any, permit: Permit, calls: _Classifier) -> None:
+        self._call = call
+        self._permit = permit
+        self._calls = calls
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._call)
+        except StopIteration:
+            self._calls.settle(self._permit, self._call.code())
+            raise
+        except grpc.RpcError as error:
+            self._calls.settle(self._permit, error.code())
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+
 def _method(details: grpc.ClientCallDetails) -> str:
     method = details.method
     return method.decode() if isinstance(method, bytes) else str(method)
@@ -163,7 +193,9 @@ class BreakerInterceptor(
         """The breakers created so far, by key."""
         return self._calls.router.breakers
 
-    def _guarded(self, details: grpc.ClientCallDetails, start: Callable[[], Any]) -> Any:
+    def _guarded(
+        self, details: grpc.ClientCallDetails, start: Callable[[], Any], streaming: bool = False
+    ) -> Any:
         try:
             permit = self._calls.router.breaker_for(_method(details)).acquire()
         except CircuitOpenError as rejection:
@@ -173,10 +205,10 @@ class BreakerInterceptor(
         except BaseException:
             permit.ignore()
             raise
-        # Fires once the call is over: at once for a finished blocking call, at the end of a
-        # stream otherwise.
+        # Fires once the call is over (at once for a finished blocking call); for a stream that
+        # is read to its end, _SettlingStream records first, in the reader's thread.
         call.add_done_callback(lambda done: self._calls.settle(permit, done.code()))
-        return call
+        return _SettlingStream(call, permit, self._calls) if streaming else call
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         """One request, one response."""
@@ -184,7 +216,7 @@ class BreakerInterceptor(
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         """One request, a response stream (recorded when it ends)."""
-        return self._guarded(details, lambda: continuation(details, request))
+        return self._guarded(details, lambda: continuation(details, request), streaming=True)
 
     def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
         """A request stream, one response."""
@@ -192,7 +224,7 @@ class BreakerInterceptor(
 
     def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
         """Streams both ways (recorded when the response stream ends)."""
-        return self._guarded(details, lambda: continuation(details, requests))
+        return self._guarded(details, lambda: continuation(details, requests), streaming=True)
 
 
 def _aio_rejection(rejection: CircuitOpenError) -> aio.AioRpcError:
