@@ -190,6 +190,16 @@ def start_upstream() -> Upstream:
     return Upstream(server.server_address[1], server.state, server)
 
 
+@pytest.fixture(scope="module")
+def module_upstream() -> Iterator[Upstream]:
+    """One upstream for the module."""
+    up = start_upstream()
+    yield up
+    up.state.release.set()
+    up.server.shutdown()
+    up.server.server_close()
+
+
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     """A fresh upstream for one test."""

@@ -11,17 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import SidecarProcess, Upstream, start_sidecar, start_upstream
-
-
-@pytest.fixture(scope="module")
-def module_upstream() -> Iterator[Upstream]:
-    """One upstream for the module."""
-    up = start_upstream()
-    yield up
-    up.state.release.set()
-    up.server.shutdown()
-    up.server.server_close()
+from .conftest import SidecarProcess, Upstream, start_sidecar
 
 
 @pytest.fixture(scope="module")

@@ -90,11 +90,24 @@ class SidecarCollector(Collector):
             current = route.breaker.state.value.lower()
             for candidate in _STATES:
                 state.add_metric([name, candidate], 1.0 if candidate == current else 0.0)
+        tracker = self.tracker
         clients = GaugeMetricFamily(
-            "ccb_sidecar_client_connections", "Open client connections (all listeners)"
+            "ccb_sidecar_client_connections",
+            "Open client connections (outbound and inbound listeners)",
         )
-        clients.add_metric([], len(self.tracker.connections))
-        yield from (calls, rejections, latency, state, pool, clients)
+        clients.add_metric([], len(tracker.connections))
+        most = GaugeMetricFamily(
+            "ccb_sidecar_client_connections_max",
+            "Client connections allowed before new ones get a 503 (limits.max_connections)",
+        )
+        if tracker.max_connections is not None:
+            most.add_metric([], tracker.max_connections)
+        refused = CounterMetricFamily(
+            "ccb_sidecar_client_connections_refused",
+            "Client connections refused with a 503 because the cap was reached",
+        )
+        refused.add_metric([], tracker.refused)
+        yield from (calls, rejections, latency, state, pool, clients, most, refused)
 
 
 class AdminHandler:

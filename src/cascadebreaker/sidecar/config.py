@@ -149,6 +149,16 @@ class LimitsConfig(_Strict):
     # Seconds a client may take to send a request head, and may stay idle between requests.
     header_timeout: float = Field(default=30.0, gt=0)
     idle_timeout: float = Field(default=75.0, gt=0)
+    # A request body may take `body_timeout` seconds plus one second per `min_body_rate` bytes
+    # received, and never go `body_timeout` seconds without a byte; then 408 (the client's
+    # slowness is never counted against the upstream).
+    body_timeout: float = Field(default=30.0, gt=0)
+    min_body_rate: float = Field(default=1024.0, ge=0)
+    # Seconds a WebSocket tunnel may pass no byte either way before it is closed.
+    tunnel_idle_timeout: float = Field(default=300.0, gt=0)
+    # Open client connections (outbound + inbound listeners) before new ones get a 503;
+    # default: what the file descriptor limit allows after a reserve for admin and upstreams.
+    max_connections: int | None = Field(default=None, ge=1)
 
 
 class InterceptionConfig(_Strict):

@@ -1,9 +1,11 @@
-"""Client connection bookkeeping: per-request limits, idle and header timeouts, draining."""
+"""Client connection bookkeeping: per-request limits, timeouts, a connection cap, draining."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import logging
+import time
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.http_server import ServerConnection
@@ -19,33 +21,84 @@ class Limits:
         self.max_header_count = max_header_count
 
 
-class ConnectionTracker:
-    """The open client connections: idle and header timeouts, draining at shutdown.
+class RateLimitedLog:
+    """At most one line per `interval` seconds; the next line says how many were left out.
 
-    A sweep every `tick` seconds closes connections idle longer than `idle_timeout` and answers
-    408 to heads unfinished after `header_timeout` (slow clients); nothing runs per request.
+    Anything a client can trigger at will (bad requests, stalls, the connection cap) is logged
+    through one of these, so no client can fill the log.
     """
 
-    def __init__(self, header_timeout: float = 30.0, idle_timeout: float = 75.0) -> None:
+    def __init__(self, logger: logging.Logger, level: int, interval: float = 10.0) -> None:
+        self.logger = logger
+        self.level = level
+        self.interval = interval
+        self.suppressed = 0
+        self._next = 0.0
+
+    def __call__(self, message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+        """Log `message % args` unless a line went out less than `interval` seconds ago."""
+        if not self.logger.isEnabledFor(self.level):
+            return
+        now = time.monotonic()
+        if now < self._next:
+            self.suppressed += 1
+            return
+        self._next = now + self.interval
+        if self.suppressed:
+            message += " (%d more like this in the last %gs not logged)"
+            args = (*args, self.suppressed, self.interval)
+            self.suppressed = 0
+        self.logger.log(self.level, message, *args, exc_info=exc_info)
+
+
+class ConnectionTracker:
+    """The open client connections of some listeners: timeouts, a cap, draining at shutdown.
+
+    A sweep every `tick` seconds closes connections idle longer than `idle_timeout`, answers
+    408 to heads unfinished after `header_timeout` and to bodies slower than `body_timeout` /
+    `min_body_rate` (slow clients), and closes tunnels idle for `tunnel_idle_timeout`; nothing
+    runs per request. Past `max_connections` open connections, new ones get a 503 and close.
+    """
+
+    def __init__(
+        self,
+        header_timeout: float = 30.0,
+        idle_timeout: float = 75.0,
+        *,
+        body_timeout: float = 30.0,
+        min_body_rate: float = 1024.0,
+        tunnel_idle_timeout: float = 300.0,
+        max_connections: int | None = None,
+    ) -> None:
         self.connections: set[ServerConnection] = set()
         self.draining = False
         self.idle_event = asyncio.Event()
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
-        self.tick = max(0.05, min(1.0, min(header_timeout, idle_timeout) / 10))
+        self.body_timeout = body_timeout
+        self.min_body_rate = min_body_rate
+        self.tunnel_idle_timeout = tunnel_idle_timeout
+        self.max_connections = max_connections
+        self.refused = 0  # connections turned away at the cap
+        shortest = min(header_timeout, idle_timeout, body_timeout)
+        self.tick = max(0.05, min(1.0, shortest / 10))
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def add(self, conn: ServerConnection) -> None:
-        """A connection opened."""
+    def add(self, conn: ServerConnection) -> bool:
+        """A connection opened; False when it is over the cap (it must be refused)."""
+        if self.max_connections is not None and len(self.connections) >= self.max_connections:
+            self.refused += 1
+            return False
         self.connections.add(conn)
         if self._sweeper is None:
             self._sweeper = conn.loop.call_later(self.tick, self._sweep, conn.loop)
+        return True
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         self._sweeper = None
         now = loop.time()
         for conn in list(self.connections):
-            conn.sweep(now, self.header_timeout, self.idle_timeout)
+            conn.sweep(now)
         if self.connections:
             self._sweeper = loop.call_later(self.tick, self._sweep, loop)
 

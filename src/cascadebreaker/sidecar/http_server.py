@@ -3,6 +3,10 @@
 A listener turns each request head into an `Exchange` (via its `RequestHandler`); the connection
 feeds the exchange the request body and lets it write the response. Exchanges of pipelined
 requests wait in line; reading pauses meanwhile so nothing is buffered without bound.
+
+Bytes that cannot be parsed, or a body the client stops sending, end the connection, but every
+complete request before them is answered first; the error reply (400, 408, 431) comes last.
+A WebSocket handshake the upstream accepts (101) turns the connection into a byte tunnel.
 """
 
 from __future__ import annotations
@@ -12,11 +16,12 @@ import contextlib
 import logging
 import socket
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol, cast
 
 import httptools
 
-from cascadebreaker.sidecar.connections import ConnectionTracker, Limits
+from cascadebreaker.sidecar.connections import ConnectionTracker, Limits, RateLimitedLog
 from cascadebreaker.sidecar.wire import (
     CONNECTION,
     CONTENT_LENGTH,
@@ -25,6 +30,7 @@ from cascadebreaker.sidecar.wire import (
     HEADER_KINDS,
     HOST,
     TRANSFER_ENCODING,
+    UPGRADE,
     RawHeaders,
     drop_connection_tokens,
     error_response,
@@ -33,6 +39,18 @@ from cascadebreaker.sidecar.wire import (
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
+# Whatever a client can trigger at will is logged at most once per interval.
+_client_errors = RateLimitedLog(log, logging.INFO)
+_internal_errors = RateLimitedLog(log, logging.ERROR)
+_at_capacity = RateLimitedLog(log, logging.WARNING)
+_TOO_MANY = error_response(503, "too many connections", close=True)
+
+# Reasons to stop reading from a client (bits of `_pause_reasons`).
+_PIPELINED = 1  # a complete request waits for the responses before it
+_BACKPRESSURE = 2  # the upstream is not taking the body (or not connected yet)
+_FINISHED = 4  # the stream cannot go on (bad bytes, stalled body): only replies are left
+_UPGRADING = 8  # a WebSocket handshake waits for the upstream's answer
+
 __all__ = [
     "ConnectionTracker",
     "Exchange",
@@ -40,6 +58,7 @@ __all__ = [
     "RequestHandler",
     "RequestHead",
     "ServerConnection",
+    "TunnelEnd",
 ]
 
 
@@ -61,6 +80,7 @@ class RequestHead:
         "keep_alive",
         "method",
         "target",
+        "upgrade",
     )
 
     def __init__(self, method: bytes, target: bytes, headers: RawHeaders) -> None:
@@ -74,6 +94,9 @@ class RequestHead:
         self.content_length: bytes | None = None
         self.expect_continue = False
         self.client = ""
+        # The Upgrade header of a WebSocket handshake (empty otherwise): forwarded, and a 101
+        # answer turns the connection into a tunnel.
+        self.upgrade = b""
 
     @property
     def has_body(self) -> bool:
@@ -99,6 +122,25 @@ class Exchange(Protocol):
     def connection_lost(self) -> None:
         """The client went away before the response was complete."""
 
+    def request_failed(self, outcome: str) -> bool:
+        """The request cannot be completed (`outcome`: the client stalled, `client_timeout`, or
+        sent a malformed body, `bad_request`): drop any upstream work without blaming the
+        upstream. True when no byte of the response was written yet (an error reply may
+        follow), False when the connection must be cut."""
+
+
+class TunnelEnd(Protocol):
+    """What a client connection turned tunnel talks to (the upstream's side)."""
+
+    def from_client(self, data: bytes) -> None:
+        """Bytes from the client, for the upstream."""
+
+    def client_writable(self, writable: bool) -> None:
+        """Backpressure from the client."""
+
+    def client_closed(self) -> None:
+        """The client connection is gone."""
+
 
 class RequestHandler(Protocol):
     """What a listener does with requests."""
@@ -112,6 +154,38 @@ class _BadRequest(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+class _ErrorReply:
+    """The last exchange of a connection that cannot go on: an error reply, then close."""
+
+    def __init__(self, conn: ServerConnection, status: int, message: str) -> None:
+        self.conn = conn
+        self.status = status
+        self.message = message
+
+    def start(self) -> None:
+        self.conn.write(error_response(self.status, self.message, close=True))
+        self.conn.close()
+
+    def request_body(self, data: bytes) -> None:
+        pass
+
+    def request_end(self) -> None:
+        pass
+
+    def downstream_writable(self, writable: bool) -> None:
+        pass
+
+    def connection_lost(self) -> None:
+        pass
+
+    def request_failed(self, outcome: str) -> bool:
+        return True
+
+
+def _ignore(data: bytes) -> None:
+    """Where bytes go once the stream cannot be parsed any further."""
 
 
 class ServerConnection(asyncio.Protocol):
@@ -140,7 +214,7 @@ class ServerConnection(asyncio.Protocol):
         self._active: Exchange | None = None
         self._receiving: Exchange | None = None
         self._queue: deque[Exchange] = deque()
-        self._pause_reasons = 0  # bit 1: pipelining, bit 2: upstream backpressure
+        self._pause_reasons = 0  # _PIPELINED | _BACKPRESSURE | _FINISHED | _UPGRADING
         self._writable = True
         self._unwritable_since = 0.0
         self._eof = False
@@ -149,7 +223,19 @@ class ServerConnection(asyncio.Protocol):
         self._length: bytes | None = None
         self._encoding: bytes | None = None
         self._expect = False
+        self._upgrade: bytes | None = None
         self._connection: list[bytes] = []
+        # Set once the bytes stop being HTTP: a tunnel's sink, or `_ignore` after an error.
+        self._divert: Callable[[bytes], None] | None = None
+        self._tunnel: TunnelEnd | None = None
+        self._held: bytes | None = None  # read after a WebSocket handshake, before its answer
+        # The request body being received: bytes so far, and seconds spent waiting for it
+        # (the clock stops while the sidecar itself is not reading).
+        self._body_bytes = 0
+        self._body_mark = 0
+        self._body_clock = 0.0
+        self._body_idle = 0.0
+        self._body_swept = 0.0
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -163,13 +249,26 @@ class ServerConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.tracker.add(self)
+        if not self.tracker.add(self):
+            # Over the cap: answer at once from the descriptors kept in reserve, and let go.
+            self.closed = True
+            transport.write(_TOO_MANY)
+            transport.close()
+            _at_capacity(
+                "client connection limit reached (%d open): new connections get 503 "
+                "(limits.max_connections)",
+                len(self.tracker.connections),
+            )
+            return
         if self.tracker.draining:
             transport.close()
 
     def data_received(self, data: bytes) -> None:
         """Parse; answer framing and size violations with 400/431 and close."""
         self.activity += 1
+        if self._divert is not None:
+            self._divert(data)
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
@@ -181,7 +280,7 @@ class ServerConnection(asyncio.Protocol):
             elif cause is None:
                 self._reject(400, "bad request")
             else:  # a bug, not the client's fault: say so, keep serving
-                log.error("error while handling a request", exc_info=cause)
+                _internal_errors("error while handling a request", exc_info=cause)
                 self._reject(500, "internal error")
         except httptools.HttpParserError as exc:
             self._reject(400, f"malformed request: {exc}")
@@ -200,7 +299,7 @@ class ServerConnection(asyncio.Protocol):
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """Tell the exchanges still running."""
+        """Tell the exchanges still running (or the tunnel)."""
         self.closed = True
         self.tracker.removed(self)
         for exchange in (self._active, self._receiving, *self._queue):
@@ -208,6 +307,10 @@ class ServerConnection(asyncio.Protocol):
                 exchange.connection_lost()
         self._active = self._receiving = None
         self._queue.clear()
+        if self._tunnel is not None:
+            tunnel = self._tunnel
+            self._tunnel = None
+            tunnel.client_closed()
 
     def pause_writing(self) -> None:
         """The client reads slower than the upstream sends."""
@@ -215,12 +318,16 @@ class ServerConnection(asyncio.Protocol):
         self._unwritable_since = self.loop.time()
         if self._active is not None:
             self._active.downstream_writable(False)
+        elif self._tunnel is not None:
+            self._tunnel.client_writable(False)
 
     def resume_writing(self) -> None:
         """The client caught up."""
         self._writable = True
         if self._active is not None:
             self._active.downstream_writable(True)
+        elif self._tunnel is not None:
+            self._tunnel.client_writable(True)
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -236,6 +343,7 @@ class ServerConnection(asyncio.Protocol):
         self._length = None
         self._encoding = None
         self._expect = False
+        self._upgrade = None
         if self._connection:
             self._connection = []
 
@@ -278,6 +386,8 @@ class ServerConnection(asyncio.Protocol):
             self._connection.append(value)
         elif kind == EXPECT:
             self._expect = value.lower() == b"100-continue"
+        elif kind == UPGRADE:
+            self._upgrade = value
 
     def on_headers_complete(self) -> None:
         """Validate framing, then hand the request to the listener's handler."""
@@ -293,9 +403,15 @@ class ServerConnection(asyncio.Protocol):
         request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
         request.http10 = version == "1.0"
         request.client = self.client
+        if self._upgrade is not None:
+            self._upgrade_asked(request)
         self._request = request
         if request.expect_continue and self.transport is not None and not request.http10:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if request.has_body:
+            self._body_bytes = self._body_mark = 0
+            self._body_clock = self._body_idle = 0.0
+            self._body_swept = self.loop.time()
         exchange = self.handler.handle(self, request)
         self._receiving = exchange
         if self._active is None:
@@ -306,6 +422,7 @@ class ServerConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         """Request body bytes go to the exchange being received."""
+        self._body_bytes += len(body)
         if self._receiving is not None:
             self._receiving.request_body(body)
 
@@ -316,7 +433,7 @@ class ServerConnection(asyncio.Protocol):
         if exchange is not None:
             exchange.request_end()
             if self._queue and exchange is self._queue[-1] and not self.closed:
-                self.pause_reading(1)  # its turn comes when the responses before it are done
+                self.pause_reading(_PIPELINED)  # its turn comes when the ones before it are done
 
     # -- used by exchanges ------------------------------------------------------------------
     @property
@@ -334,13 +451,13 @@ class ServerConnection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.writelines(pieces)
 
-    def pause_reading(self, reason: int = 2) -> None:
+    def pause_reading(self, reason: int = _BACKPRESSURE) -> None:
         """Stop reading from the client (for a pipelined wait or upstream backpressure)."""
         if not self._pause_reasons and self.transport is not None and not self.closed:
             self.transport.pause_reading()
         self._pause_reasons |= reason
 
-    def resume_reading(self, reason: int = 2) -> None:
+    def resume_reading(self, reason: int = _BACKPRESSURE) -> None:
         """Read from the client again once no reason to pause remains."""
         if not self._pause_reasons & reason:
             return
@@ -360,33 +477,85 @@ class ServerConnection(asyncio.Protocol):
             self._active = self._queue.popleft()
             self._active.start()
         if not self._queue:
-            self.resume_reading(1)
+            self.resume_reading(_PIPELINED)
             if self._active is None and self._receiving is None:
                 # Idle now: backpressure left over from the finished exchange must not stop
                 # the next request from being read.
-                self.resume_reading(2)
+                self.resume_reading(_BACKPRESSURE)
+                if self._held is not None:
+                    # The WebSocket handshake was answered without a tunnel: what the client
+                    # sent after it is the next request.
+                    held, self._held = self._held, None
+                    self.resume_reading(_UPGRADING)
+                    if held and not self.closed:
+                        self.data_received(held)
 
-    def sweep(self, now: float, header_timeout: float, idle_timeout: float) -> None:
-        """Close this connection if it idled, took too long over a request head, or stopped
-        reading a response (it would hold an upstream connection for ever)."""
-        if self._active is not None or self._receiving is not None:
+    def start_tunnel(self, tunnel: TunnelEnd) -> None:
+        """The upstream accepted the handshake of the active exchange: bytes pass untouched."""
+        self._active = None
+        self._tunnel = tunnel
+        self._divert = tunnel.from_client
+        self._quiet_mark = -1
+        held, self._held = self._held, None
+        if held:
+            tunnel.from_client(held)
+        self.resume_reading(_UPGRADING)
+
+    def sweep(self, now: float) -> None:
+        """Close this connection if it idled, was too slow sending a request head or body
+        (408), or stopped reading a response (it would hold an upstream connection for ever)."""
+        tracker = self.tracker
+        if self._tunnel is not None:
+            self._idle_check(now, tracker.tunnel_idle_timeout)
+        elif self._active is not None or self._receiving is not None:
             self._quiet_mark = -1
-            if not self._writable and now - self._unwritable_since >= idle_timeout:
-                log.info("client %s stopped reading its response: connection cut", self.client)
+            if self._receiving is not None and self._body_late(now):
+                self._reject(408, "request body not received in time")
+            elif not self._writable and now - self._unwritable_since >= tracker.idle_timeout:
+                _client_errors(
+                    "client %s stopped reading its response: connection cut", self.client
+                )
                 self.abort()
         elif self._in_head:
-            if now - self._head_started >= header_timeout:
+            if now - self._head_started >= tracker.header_timeout:
                 self._reject(408, "request head not received in time")
-        elif self._quiet_mark != self.activity:
+        else:
+            self._idle_check(now, tracker.idle_timeout)
+
+    def _idle_check(self, now: float, timeout: float) -> None:
+        if self._quiet_mark != self.activity:
             self._quiet_mark = self.activity
             self._quiet_since = now
-        elif now - self._quiet_since >= idle_timeout:
+        elif now - self._quiet_since >= timeout:
             self._close()
 
+    def _body_late(self, now: float) -> bool:
+        """True when the body being received is past its time: no byte for `body_timeout`, or
+        slower than `body_timeout` plus one second per `min_body_rate` bytes."""
+        elapsed = now - self._body_swept
+        self._body_swept = now
+        if self._pause_reasons:
+            return False  # the sidecar is not reading: not the client's delay
+        tracker = self.tracker
+        self._body_clock += elapsed
+        if self._body_bytes != self._body_mark:
+            self._body_mark = self._body_bytes
+            self._body_idle = 0.0
+        else:
+            self._body_idle += elapsed
+        if self._body_idle >= tracker.body_timeout:
+            return True
+        rate = tracker.min_body_rate
+        return rate > 0 and self._body_clock >= tracker.body_timeout + self._body_bytes / rate
+
     def close_if_idle(self) -> None:
-        """Close now unless a request is in progress (used when draining)."""
-        if self._active is None and not self._in_head:
+        """Close now unless a request or a tunnel is in progress (used when draining)."""
+        if self._active is None and not self._in_head and self._tunnel is None:
             self._close()
+
+    def close(self) -> None:
+        """Close after what was written (a tunnel's other end closed, an error reply sent)."""
+        self._close()
 
     def abort(self) -> None:
         """Cut the connection (a response cannot be completed)."""
@@ -401,14 +570,31 @@ class ServerConnection(asyncio.Protocol):
             self.transport.close()
 
     def _reject(self, status: int, message: str) -> None:
-        """Answer a request the parser refused, and close (the stream cannot be resynced)."""
-        if self.closed:
+        """The stream cannot go on (bad bytes, too large, too slow): answer every complete
+        request before this one, then `status`, then close."""
+        if self.closed or self._divert is _ignore:
             return
-        if self._active is None and self._receiving is None:
-            self.write(error_response(status, message, close=True))
-            self._close()
+        _client_errors("client %s: %d %s", self.client or "?", status, message)
+        self._divert = _ignore
+        self._in_head = False
+        self.pause_reading(_FINISHED)
+        reply = _ErrorReply(self, status, message)
+        receiving = self._receiving
+        self._receiving = None
+        if receiving is not None:
+            outcome = "client_timeout" if status == 408 else "bad_request"
+            if receiving is self._active:
+                if not receiving.request_failed(outcome):
+                    self.abort()  # part of its response is out: a cut is the only honest end
+                    return
+                self._active = None
+            else:
+                self._queue.pop()  # the one being received is always the last in line
+                receiving.request_failed(outcome)
+        if self._active is None:
+            reply.start()
         else:
-            self.abort()
+            self._queue.append(reply)
 
     def _framing(self, request: RequestHead) -> None:
         """Apply the framing headers; reject smuggling-prone combinations (400)."""
@@ -429,9 +615,27 @@ class ServerConnection(asyncio.Protocol):
                 raise _BadRequest(400, "invalid content-length")
             request.content_length = length
 
+    def _upgrade_asked(self, request: RequestHead) -> None:
+        """A request with `Connection: upgrade`: the parser reads no body after its head."""
+        tokens = (t.strip().lower() for value in self._connection for t in value.split(b","))
+        if b"upgrade" not in tokens:
+            return
+        if request.has_body:
+            # The parser would take the body for the upgraded protocol: never let it through.
+            raise _BadRequest(400, "a protocol upgrade request must not have a body")
+        upgrade = self._upgrade or b""
+        if not request.http10 and b"websocket" in upgrade.lower():
+            request.upgrade = upgrade
+
     def _after_upgrade(self, data: bytes, exc: httptools.HttpParserUpgrade) -> None:
-        """Upgrade is hop-by-hop and not supported: serve the request as plain HTTP/1.1."""
+        """After an upgrade request: a WebSocket handshake waits for the upstream's answer
+        (101: a tunnel); any other protocol is not spoken here, so HTTP/1.1 goes on."""
         self._parser = httptools.HttpRequestParser(self)
         offset = int(exc.args[0]) if exc.args else len(data)
-        if offset < len(data):
-            self.data_received(data[offset:])
+        rest = data[offset:]
+        request = self._request
+        if request is not None and request.upgrade and self._active is not None:
+            self._held = rest
+            self.pause_reading(_UPGRADING)
+        elif rest and not self.closed:
+            self.data_received(rest)

@@ -14,6 +14,7 @@ from cascadebreaker import CircuitOpenError, Permit, State
 from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
 from cascadebreaker.sidecar.replies import FixedExchange, ReplyBuilder, rejection_for_open_circuit
+from cascadebreaker.sidecar.tunnel import Tunnel
 from cascadebreaker.sidecar.upstream import (
     UpstreamConnection,
     UpstreamError,
@@ -161,13 +162,31 @@ class ProxyExchange(FixedExchange):
     def connection_lost(self) -> None:
         """The client left: drop the upstream exchange, release a probe slot."""
         super().connection_lost()
+        if self._drop_upstream():
+            self.route.stats.count("cancelled")
+
+    def request_failed(self, outcome: str) -> bool:
+        """The client stalled or sent a bad body: drop the upstream exchange; its breaker hears
+        nothing (the permit is given back unrecorded)."""
+        if self.finished:
+            return super().request_failed(outcome)
+        self.finished = True
+        written = self.head_sent and not self._out
+        self._drop_upstream()
+        self.route.stats.count(outcome)
+        return not written
+
+    def _drop_upstream(self) -> bool:
+        """Abort the upstream exchange; give the permit back unrecorded (True if one was held)."""
         if self.upstream is not None:
             self.upstream.abort()
             self.upstream = None
-        if self.permit is not None:
-            self.permit.ignore()
-            self.permit = None
-            self.route.stats.count("cancelled")
+        permit = self.permit
+        if permit is None:
+            return False
+        self.permit = None
+        permit.ignore()
+        return True
 
     # -- ResponseSink -----------------------------------------------------------------------
     def response_head(
@@ -179,6 +198,9 @@ class ProxyExchange(FixedExchange):
         content_length: int | None,
     ) -> None:
         """Record the outcome and write the response head."""
+        if status == 101:
+            self._tunnel(reason, headers)
+            return
         route = self.route
         failed = route.is_failure(status)
         if failed and status in route.retry_statuses and self._may_retry():
@@ -289,6 +311,22 @@ class ProxyExchange(FixedExchange):
             self.conn.pause_reading(2)
 
     # -- internals --------------------------------------------------------------------------
+    def _tunnel(self, reason: bytes, headers: RawHeaders) -> None:
+        """The upstream accepted the WebSocket handshake: answer 101, then join the two."""
+        upstream = self.upstream
+        assert upstream is not None
+        self._record(True, None, "success")
+        if self.info is not None:
+            self.info.response_headers = headers
+            self.runtime.hooks.on_response(self.info, 101, "success")
+        headers.append((b"via", self.runtime.via))
+        self.conn.write(response_head(101, reason, headers, b"connection: upgrade\r\n"))
+        self.finished = True
+        self.upstream = None
+        tunnel = Tunnel(self.conn, upstream)
+        upstream.start_tunnel(tunnel)
+        self.conn.start_tunnel(tunnel)
+
     def _acquire(self) -> bool:
         """True: admitted, go on. False: answered, or the admission continues in a callback."""
         route = self.route
@@ -399,6 +437,7 @@ class ProxyExchange(FixedExchange):
             self.request.method == b"HEAD",
             body,
             self.request_done,
+            bool(self.request.upgrade),
         )
 
     def _forward(self, pieces: list[bytes]) -> None:
@@ -423,6 +462,8 @@ class ProxyExchange(FixedExchange):
                 headers.append((b"x-forwarded-for", request.client.encode()))
         if self.info is not None and self.info.add_headers:
             headers += self.info.add_headers
+        if request.upgrade:  # a WebSocket handshake: hop-by-hop, so re-added for this hop
+            headers += ((b"connection", b"upgrade"), (b"upgrade", request.upgrade))
         if request.chunked:
             framing = b"transfer-encoding: chunked\r\n"
         elif request.content_length is not None:

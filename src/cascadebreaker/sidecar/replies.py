@@ -89,3 +89,10 @@ class FixedExchange:
         """Nothing to clean up."""
         self.finished = True
         self._deferred = None
+
+    def request_failed(self, outcome: str) -> bool:
+        """True unless the reply is already written."""
+        written = self.finished and self._deferred is None
+        self.finished = True
+        self._deferred = None
+        return not written

@@ -1,4 +1,10 @@
-"""The sidecar process: listeners up, SIGTERM handling, draining in-flight requests."""
+"""The sidecar process: listeners up, SIGTERM handling, draining in-flight requests.
+
+File descriptors are budgeted: the soft limit is raised to the hard one at start, client
+connections of the data plane are capped below it (each may hold an upstream connection too),
+and the admin listener has its own small cap inside a reserve, so `/healthz` answers even when
+the data plane is full.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,12 @@ import contextlib
 import gc
 import importlib
 import logging
+import resource
 import signal
 from typing import Any
 
 from cascadebreaker.sidecar.admin import AdminHandler
-from cascadebreaker.sidecar.config import HostPort, SidecarConfig
+from cascadebreaker.sidecar.config import HostPort, LimitsConfig, SidecarConfig
 from cascadebreaker.sidecar.http_server import (
     ConnectionTracker,
     Limits,
@@ -23,6 +30,54 @@ from cascadebreaker.sidecar.runtime import SidecarRuntime
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
+ADMIN_CONNECTIONS = 32  # admin connections at once (probes, scrapes)
+RESERVED_FDS = 128  # admin connections, listeners, gRPC, Redis, logs, connects in progress
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the file descriptor limit from %d: %s", soft, exc)
+        else:
+            log.info("file descriptor limit raised from %d to %d", soft, target)
+            soft = target
+    return int(soft)
+
+
+def client_connection_cap(configured: int | None, fd_limit: int) -> int | None:
+    """The data plane's connection cap: the configured one, at most what `fd_limit` allows."""
+    if fd_limit == resource.RLIM_INFINITY or fd_limit < 0:
+        return configured
+    budget = max(1, (fd_limit - RESERVED_FDS) // 2)  # a client connection + its upstream one
+    if configured is None:
+        return budget
+    if configured > budget:
+        log.warning(
+            "limits.max_connections %d needs more than the %d file descriptors allowed: "
+            "capped at %d",
+            configured,
+            fd_limit,
+            budget,
+        )
+        return budget
+    return configured
+
+
+def _tracker(limits: LimitsConfig, max_connections: int | None) -> ConnectionTracker:
+    return ConnectionTracker(
+        limits.header_timeout,
+        limits.idle_timeout,
+        body_timeout=limits.body_timeout,
+        min_body_rate=limits.min_body_rate,
+        tunnel_idle_timeout=limits.tunnel_idle_timeout,
+        max_connections=max_connections,
+    )
+
 
 class SidecarServer:
     """Owns the runtime and the listeners of one sidecar."""
@@ -31,7 +86,10 @@ class SidecarServer:
         self.config = config
         self._store = store
         self.runtime: SidecarRuntime | None = None
-        self.tracker = ConnectionTracker(config.limits.header_timeout, config.limits.idle_timeout)
+        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        cap = client_connection_cap(config.limits.max_connections, fd_limit)
+        self.tracker = _tracker(config.limits, cap)  # outbound + inbound: the data plane
+        self.admin_tracker = _tracker(config.limits, ADMIN_CONNECTIONS)
         self.servers: dict[str, asyncio.Server] = {}
         self._grpc: Any = None
         self._transparent: Any = None
@@ -51,7 +109,8 @@ class SidecarServer:
             handlers.append(("inbound", listen.inbound, InboundHandler(runtime)))
         for name, address, handler in handlers:
             if address is not None:
-                self.servers[name] = await self._listen(address, handler, limits)
+                tracker = self.admin_tracker if name == "admin" else self.tracker
+                self.servers[name] = await self._listen(address, handler, limits, tracker)
         if listen.transparent is not None:
             from cascadebreaker.sidecar.transparent import TransparentListener
 
@@ -66,6 +125,7 @@ class SidecarServer:
         gc.collect()
         gc.freeze()
         runtime.ready = True
+        runtime.status_sections["clients"] = self._client_status
         log.info(
             "sidecar %s up: %s",
             config.service,
@@ -73,10 +133,9 @@ class SidecarServer:
         )
 
     async def _listen(
-        self, address: HostPort, handler: RequestHandler, limits: Limits
+        self, address: HostPort, handler: RequestHandler, limits: Limits, tracker: ConnectionTracker
     ) -> asyncio.Server:
         loop = asyncio.get_running_loop()
-        tracker = self.tracker
         return await loop.create_server(
             lambda: ServerConnection(handler, limits, tracker),
             address.host,
@@ -84,6 +143,14 @@ class SidecarServer:
             reuse_address=True,
             backlog=1024,
         )
+
+    def _client_status(self) -> dict[str, Any]:
+        tracker = self.tracker
+        return {
+            "open": len(tracker.connections),
+            "max": tracker.max_connections,
+            "refused": tracker.refused,
+        }
 
     def address(self, listener: str) -> str:
         """`host:port` a listener is bound to (resolves port 0)."""
@@ -96,13 +163,16 @@ class SidecarServer:
         self._stopping.set()
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish within the grace period, close."""
+        """Stop accepting, let in-flight requests finish within the grace period, close.
+
+        The admin listener stays up until the end: `/readyz` answers 503 while draining."""
         if self.runtime is not None:
             self.runtime.ready = False
             if self.runtime.cascade is not None:
                 self.runtime.cascade.hub.close()  # Watch streams never end on their own
-        for server in self.servers.values():
-            server.close()
+        for name, server in self.servers.items():
+            if name != "admin":
+                server.close()
         if self._transparent is not None:
             self._transparent.close()
         grace = self.config.shutdown_grace
@@ -116,11 +186,19 @@ class SidecarServer:
             self.tracker.abort_all()
         if grpc_stop is not None:
             await grpc_stop
+        admin = self.servers.get("admin")
+        if admin is not None:
+            admin.close()
+        self.admin_tracker.drain()
+        self.admin_tracker.abort_all()
         if self.runtime is not None:
             self.runtime.close()
 
     async def run(self) -> None:
         """Serve until SIGTERM/SIGINT, then drain."""
+        fd_limit = raise_fd_limit()
+        cap = client_connection_cap(self.config.limits.max_connections, fd_limit)
+        self.tracker.max_connections = cap
         await self.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

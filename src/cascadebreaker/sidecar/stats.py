@@ -31,6 +31,9 @@ OUTCOMES = (
     "protocol",
     "rejected",
     "cancelled",
+    # The client's fault, never the upstream's: a stalled body (408), a malformed body (400).
+    "client_timeout",
+    "bad_request",
 )
 
 

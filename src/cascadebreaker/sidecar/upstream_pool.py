@@ -2,6 +2,9 @@
 
 The proxy's hot path: `UpstreamPool.acquire_nowait()` / `connect()`, then
 `UpstreamConnection.send(...)` with a `ResponseSink` that receives the response as it streams.
+
+The upstream's timeout runs from the moment the request is complete, or the upstream stops
+taking its body: a client slow to send its body is never the upstream's timeout.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import httptools
 
@@ -31,10 +34,14 @@ from cascadebreaker.sidecar.wire import (
     HEADER_KINDS,
     HOST,
     TRANSFER_ENCODING,
+    UPGRADE,
     RawHeaders,
     drop_connection_tokens,
     header_kind,
 )
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.tunnel import Tunnel
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
@@ -99,6 +106,10 @@ class UpstreamConnection(asyncio.Protocol):
         self._watch = pool.watch
         self._reading_paused = False
         self._request_complete = True
+        self._write_blocked = False  # the upstream stopped taking the request body
+        self._upgrade_asked = False
+        self._upgrade = b""
+        self.tunnel: Tunnel | None = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -114,6 +125,9 @@ class UpstreamConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """Feed the response parser."""
         if self._sink is None:
+            if self.tunnel is not None:
+                self.tunnel.from_upstream(data)
+                return
             self._abandon()  # bytes nobody asked for: the connection is unusable
             return
         self._last_activity = self.loop.time()
@@ -132,8 +146,13 @@ class UpstreamConnection(asyncio.Protocol):
                     )
                 detail = f"bad response: {cause or exc}"
                 self._fail(UpstreamProtocolError(self.pool.name, detail))
-        except httptools.HttpParserUpgrade:
-            self._fail(UpstreamProtocolError(self.pool.name, "unexpected protocol upgrade"))
+        except httptools.HttpParserUpgrade as exc:
+            if self.tunnel is None:
+                self._fail(UpstreamProtocolError(self.pool.name, "unexpected protocol upgrade"))
+                return
+            offset = int(exc.args[0]) if exc.args else len(data)
+            if offset < len(data):  # the first bytes of the upgraded protocol
+                self.tunnel.from_upstream(data[offset:])
         except httptools.HttpParserError as exc:
             self._fail(UpstreamProtocolError(self.pool.name, f"bad response: {exc}"))
 
@@ -148,6 +167,9 @@ class UpstreamConnection(asyncio.Protocol):
         """Fail the exchange in progress, if any, and leave the pool."""
         self.closed = True
         self.pool.discard(self)
+        if self.tunnel is not None:
+            tunnel, self.tunnel = self.tunnel, None
+            tunnel.upstream_closed()
         if self._sink is not None:
             if self._head_seen and self._until_close:
                 self._keep_alive = False
@@ -164,14 +186,22 @@ class UpstreamConnection(asyncio.Protocol):
                 )
 
     def pause_writing(self) -> None:
-        """The upstream is not taking the request body fast enough."""
+        """The upstream is not taking the request body fast enough: its clock runs now."""
+        self._write_blocked = True
+        self._last_activity = self.loop.time()
         if self._sink is not None:
             self._sink.upstream_writable(False)
+        elif self.tunnel is not None:
+            self.tunnel.upstream_writable(False)
 
     def resume_writing(self) -> None:
         """The upstream drained its buffer; go on sending."""
+        self._write_blocked = False
+        self._last_activity = self.loop.time()
         if self._sink is not None:
             self._sink.upstream_writable(True)
+        elif self.tunnel is not None:
+            self.tunnel.upstream_writable(True)
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_status(self, reason: bytes) -> None:
@@ -191,6 +221,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._chunked = b"chunked" in value.lower()
         elif kind == CONNECTION:
             self._connection.append(value)
+        elif kind == UPGRADE:
+            self._upgrade = value
 
     def on_headers_complete(self) -> None:
         """Pass the head on; work out how the body is delimited."""
@@ -207,6 +239,13 @@ class UpstreamConnection(asyncio.Protocol):
         if self._connection:
             headers = drop_connection_tokens(headers, self._connection)
             self._connection = []
+        if status == 101 and self._upgrade_asked and self._upgrade:
+            # The upstream accepted a WebSocket handshake: the sink makes the tunnel.
+            headers.append((b"upgrade", self._upgrade))
+            sink = self._sink
+            assert sink is not None
+            sink.response_head(status, reason, headers, False, None)
+            return
         if status < 200:
             return  # interim (100 Continue): the sidecar answered Expect itself
         self._head_seen = True
@@ -231,7 +270,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         """The response is whole."""
-        if self._head_seen:
+        if self._head_seen and self.tunnel is None:
             self._complete()
 
     # -- exchange ---------------------------------------------------------------------------
@@ -243,15 +282,20 @@ class UpstreamConnection(asyncio.Protocol):
         head_request: bool = False,
         body: bytes = b"",
         complete: bool = True,
+        upgrade: bool = False,
     ) -> None:
         """Start an exchange: write the request head (and a whole body, if given).
 
-        `complete=False` says more request body follows (`write`, then `end_request`).
+        `complete=False` says more request body follows (`write`, then `end_request`);
+        `upgrade=True` says the head asks for a WebSocket (a 101 reaches the sink).
         """
         assert self.transport is not None
         assert self._sink is None
         self._sink = sink
         self._request_complete = complete
+        self._write_blocked = False
+        self._upgrade_asked = upgrade
+        self._upgrade = b""
         self._head_seen = False
         self._bytes_seen = False
         self._head_request = head_request
@@ -265,20 +309,26 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.write(head)
 
     def write(self, data: bytes) -> None:
-        """Send more of the request body (already framed by the caller)."""
+        """Send more of the request body (already framed by the caller), or tunnel bytes."""
         if self.transport is not None and not self.closed:
-            self._last_activity = self.loop.time()
             self.transport.write(data)
 
     def writelines(self, pieces: Iterable[bytes]) -> None:
         """Send several pieces of the request body."""
         if self.transport is not None and not self.closed:
-            self._last_activity = self.loop.time()
             self.transport.writelines(pieces)
 
     def end_request(self) -> None:
-        """The whole request body has been written."""
+        """The whole request body has been written: the upstream's clock starts."""
         self._request_complete = True
+        self._last_activity = self.loop.time()
+
+    def start_tunnel(self, tunnel: Tunnel) -> None:
+        """After a 101: bytes pass untouched; no timeout, never back in the pool."""
+        self.tunnel = tunnel
+        self._sink = None
+        self._head_seen = False
+        self._watch.busy.discard(self)
 
     def pause_reading(self) -> None:
         """Stop reading the response (the client is slow); the timeout does not run meanwhile."""
@@ -308,8 +358,11 @@ class UpstreamConnection(asyncio.Protocol):
         if self._sink is None:
             self._watch.busy.discard(self)
             return
-        if self._reading_paused:
-            self._last_activity = now  # the client is slow, not the upstream
+        if self._reading_paused or (
+            not self._request_complete and not self._write_blocked and not self._head_seen
+        ):
+            # The client is slow reading the response or sending the body: not the upstream.
+            self._last_activity = now
             return
         if now - self._last_activity >= self._timeout:
             what = "response body stalled" if self._head_seen else "no response"

@@ -36,8 +36,10 @@ CONNECTION = 3
 HOST = 4
 EXPECT = 5
 HOP = 6  # other hop-by-hop headers: dropped
+UPGRADE = 7  # hop-by-hop, but read: a WebSocket handshake becomes a tunnel
 _KIND_BY_LOWER = {
     **dict.fromkeys(HOP_BY_HOP, HOP),
+    b"upgrade": UPGRADE,
     b"content-length": CONTENT_LENGTH,
     b"transfer-encoding": TRANSFER_ENCODING,
     b"connection": CONNECTION,
