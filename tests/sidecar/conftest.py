@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -242,9 +242,15 @@ def sidecar_command(config_path: Path) -> list[str]:
 
 
 def start_sidecar(
-    tmp_path: Path, upstreams: dict[str, dict[str, Any]], app: str | None = None, **extra: Any
+    tmp_path: Path,
+    upstreams: dict[str, dict[str, Any]],
+    app: str | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    **extra: Any,
 ) -> SidecarProcess:
-    """Write a config with free ports, start the sidecar, wait until /readyz answers 200."""
+    """Write a config with free ports, start the sidecar, wait until /readyz answers 200.
+
+    `preexec_fn` runs in the child before the sidecar starts (e.g. to lower its ulimit)."""
     ports = {name: free_port() for name in ("outbound", "inbound", "admin")}
     config: dict[str, Any] = {
         "service": "checkout",
@@ -264,7 +270,11 @@ def start_sidecar(
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        sidecar_command(path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        sidecar_command(path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=preexec_fn,
     )
     sidecar = SidecarProcess(process, path, ports)
     deadline = time.monotonic() + 20
