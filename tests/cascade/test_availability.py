@@ -244,22 +244,49 @@ def test_expiry_from_a_skewed_sender_is_clamped(clock: FakeClock) -> None:
     assert table.is_available(root)
 
 
-def test_own_echo_from_the_bus_is_a_duplicate(chain: Mesh) -> None:
+def test_own_echo_from_the_bus_is_refused(chain: Mesh) -> None:
     b = chain.table("b")
     (down,) = b.breaker_opened(ep("c GET /c"), 10.0)
-    assert b.receive(down).verdict is Verdict.DUPLICATE
+    assert b.receive(down).verdict is Verdict.OWN_SERVICE
 
 
-def test_a_replica_learns_its_peer_replicas_update(clock: FakeClock) -> None:
+def test_no_update_speaks_for_the_receivers_own_endpoints(clock: FakeClock) -> None:
+    """Not even a replica's: each derives its own endpoints from its own breakers, so nobody
+    holding the secret can make a sidecar refuse its own inbound traffic."""
     replicas = [
         AvailabilityTable("b", DependencyGraph(clock), clock=clock, wall_clock=clock.wall)
         for _ in range(2)
     ]
     replicas[0].learn(ep("b GET /b"), ep("c GET /c"))
     (down,) = replicas[0].breaker_opened(ep("c GET /c"), 10.0)
-    assert replicas[1].receive(down).verdict is Verdict.ACCEPTED
-    # The inbound listener of the second replica refuses too.
-    assert not replicas[1].is_available(ep("b GET /b"))
+    assert replicas[1].receive(down).verdict is Verdict.OWN_SERVICE
+    assert replicas[1].is_available(ep("b GET /b"))
+    assert replicas[1].counters["rejected_own_service"] == 1
+
+
+def test_a_version_far_past_the_receivers_clock_is_refused(chain: Mesh, clock: FakeClock) -> None:
+    """One forged huge version would make every real update for that endpoint stale."""
+    a = chain.table("a")
+    endpoint = ep("b GET /b")
+    chain_ = (Cause(ep("c GET /c"), "circuit open"), Cause(endpoint, "requires c GET /c"))
+
+    def update(version: int, available: bool = False) -> AvailabilityUpdate:
+        cause = () if available else chain_
+        raw = AvailabilityUpdate("b", endpoint, available, cause, clock.wall() + 30, version)
+        return sign(raw, chain.secret)
+
+    now_us = int(clock.wall() * 1_000_000)
+    assert a.receive(update(2**64 - 1)).verdict is Verdict.FUTURE_VERSION
+    assert a.receive(update(now_us + 61_000_000)).verdict is Verdict.FUTURE_VERSION
+    assert a.is_available(endpoint)
+    ahead = now_us + 59_000_000  # a clock 59 s ahead is within the skew
+    assert a.receive(update(ahead)).verdict is Verdict.ACCEPTED
+    assert not a.is_available(endpoint)
+    assert a.receive(update(now_us, available=True)).verdict is Verdict.STALE
+    clock.advance(60.0)  # a forged version within the skew blocks real ones for 60 s at most
+    later = int(clock.wall() * 1_000_000)
+    assert a.receive(update(later, available=True)).verdict is Verdict.ACCEPTED
+    assert a.is_available(endpoint)
 
 
 def test_snapshot_lists_unavailable_endpoints_and_edges(chain: Mesh) -> None:

@@ -244,11 +244,12 @@ async def test_an_unreachable_peer_is_retried_then_forgotten(
         done.set()
 
     peers = propagation.PeerWatchers(
-        "checkout", lambda u, a: None, loopback_only=True, on_forget=forget
+        "checkout", lambda u, a: Verdict.ACCEPTED, loopback_only=True, on_forget=forget
     )
     address = f"127.0.0.1:{_closed_port()}"
     assert peers.ensure(address)
-    assert not peers.ensure(address)  # one subscription per address
+    assert peers.ensure(address)
+    assert peers.peers == [address]  # one subscription per address
     assert not peers.ensure("10.0.0.1:5000")  # no secret: loopback peers only
     async with asyncio.timeout(30):
         await done.wait()

@@ -156,6 +156,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"until the end")
             self.close_connection = True
+        elif path == "/respond-with":  # every query parameter becomes a response header
+            self.send_response(200)
+            for name, value in query.items():
+                self.send_header(name, value)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
         elif path == "/big":
             self._send(200, b"x" * int(query.get("size", "1000000")))
         else:

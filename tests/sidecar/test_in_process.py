@@ -127,6 +127,31 @@ async def test_hook_sees_inbound_requests(server: SidecarServer) -> None:
     assert info.header("User-Agent") is not None
 
 
+async def test_inbound_strips_every_cascade_header(server: SidecarServer) -> None:
+    """`ccb-*` headers are for sidecars: the app never sees them, and cannot answer with a
+    sidecar address of its own."""
+    inbound = "http://" + server.address("inbound")
+    headers = {
+        "ccb-foo": "1",
+        "CCB-Cause": "payment * *",
+        "ccb-serving-endpoint": "checkout GET /evil",
+        "ccb-optional": "1",
+        "ccb-hop": "v1.gateway.1.-",
+        "ccb-sidecar-grpc": "127.0.0.1:1",
+        "x-kept": "yes",
+    }
+    async with httpx.AsyncClient(timeout=10) as client:
+        seen = await client.get(inbound + "/headers", headers=headers)
+        answered = await client.get(
+            inbound + "/respond-with", params={"ccb-sidecar-grpc": "10.0.0.9:15002", "x-a": "1"}
+        )
+    names = [name for name, _ in seen.json()["headers"]]
+    assert not [name for name in names if name.startswith("ccb-")]
+    assert "x-kept" in names
+    assert "ccb-sidecar-grpc" not in answered.headers
+    assert answered.headers["x-a"] == "1"
+
+
 async def test_broken_hook_lets_requests_through(server: SidecarServer) -> None:
     runtime_of(server).hooks.add(ExplodingHook())
     async with httpx.AsyncClient(timeout=10) as client:

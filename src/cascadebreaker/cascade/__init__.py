@@ -61,6 +61,7 @@ from cascadebreaker.cascade.updates import (
     sign,
     verify,
     verify_signature,
+    version_bound,
 )
 
 __all__ = [
@@ -104,4 +105,5 @@ __all__ = [
     "trace_key_of",
     "verify",
     "verify_signature",
+    "version_bound",
 ]

@@ -72,6 +72,7 @@ class AvailabilityTable:
         wall_clock: Callable[[], float],
         secret: bytes | None = None,
         max_ttl: float = 300.0,
+        max_skew: float = 60.0,
         recovery_ttl: float = 60.0,
         max_versions: int = 100_000,
     ) -> None:
@@ -81,6 +82,7 @@ class AvailabilityTable:
         self._wall = wall_clock
         self._secret = secret
         self._max_ttl = max_ttl
+        self._max_skew = max_skew
         self._recovery_ttl = recovery_ttl
         self._max_versions = max_versions
         self._roots: dict[Endpoint, Unavailability] = {}
@@ -156,11 +158,22 @@ class AvailabilityTable:
         return self.breaker_recovered(target)
 
     def receive(self, update: AvailabilityUpdate) -> Propagation:
-        """Apply an update from another sidecar: verify, then propagate to our endpoints."""
+        """Apply an update from another sidecar: verify, then propagate to our endpoints.
+
+        Never about our own service (our breakers alone decide our endpoints), never with a
+        version further ahead of our clock than `max_skew` (it would make every later real
+        update for that endpoint stale)."""
         now, wall = self._clock(), self._wall()
         endpoint = update.endpoint
         self.counters["received"] += 1
-        verdict = verify(update, self._secret, now=wall, last_version=self._versions.get(endpoint))
+        verdict = verify(
+            update,
+            self._secret,
+            now=wall,
+            last_version=self._versions.get(endpoint),
+            receiver=self.service,
+            max_skew=self._max_skew,
+        )
         if verdict is not Verdict.ACCEPTED:
             self.counters[f"rejected_{verdict.value}"] += 1
             return Propagation(verdict, _NO_UPDATES)

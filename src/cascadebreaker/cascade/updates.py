@@ -37,6 +37,7 @@ __all__ = [
     "sign",
     "verify",
     "verify_signature",
+    "version_bound",
 ]
 
 _FIELDS = frozenset(
@@ -95,6 +96,15 @@ class Verdict(StrEnum):
     EXPIRED = "expired"
     STALE = "stale"
     DUPLICATE = "duplicate"
+    OWN_SERVICE = "own_service"  # about the receiver's own service: only its breakers decide
+    FUTURE_VERSION = "future_version"  # a version past the receiver's clock + max_skew
+    WRONG_PEER = "wrong_peer"  # a Watch peer spoke for another service than its own
+
+
+def version_bound(now: float, max_skew: float) -> int:
+    """The highest version a receiver accepts at wall time `now`: versions are the sender's
+    clock in microseconds, so one further ahead than `max_skew` seconds is forged or broken."""
+    return int((now + max_skew) * 1_000_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,16 +251,23 @@ def verify(
     *,
     now: float,
     last_version: int | None = None,
+    receiver: str | None = None,
+    max_skew: float | None = None,
 ) -> Verdict:
-    """Decide whether to accept `update` at wall time `now` given the last version seen for
-    its endpoint: malformed, then signature, then expiry, then version order."""
+    """Decide whether `receiver` accepts `update` at wall time `now` given the last version
+    seen for its endpoint: malformed, about the receiver's own service, signature, expiry,
+    a version past `now + max_skew`, then version order."""
     if update.problem() is not None:
         return Verdict.MALFORMED
+    if receiver is not None and update.service == receiver:
+        return Verdict.OWN_SERVICE
     verdict = verify_signature(update, secret)
     if verdict is not Verdict.ACCEPTED:
         return verdict
     if update.expires_at <= now:
         return Verdict.EXPIRED
+    if max_skew is not None and update.version > version_bound(now, max_skew):
+        return Verdict.FUTURE_VERSION
     if last_version is not None:
         if update.version < last_version:
             return Verdict.STALE

@@ -15,6 +15,8 @@ cascade:
     - {caller: "checkout POST /v1/orders", callee: "mailer POST /send", optional: true}
   alternatives: {payment: payment-backup}   # reroute while the primary is unavailable
   peers: {payment: 127.0.0.1:15102}         # gRPC addresses known up front (optional)
+  max_ttl: 300               # cap on a received unavailability (seconds)
+  max_clock_skew: 60         # versions past our clock + this are refused; hop token age
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cascadebreaker.cascade import Endpoint
 from cascadebreaker.sidecar.config import ConfigError
 
-__all__ = ["CascadeConfig", "StaticEdge", "parse_cascade_config"]
+__all__ = ["CascadeConfig", "StaticEdge", "parse_cascade_config", "valid_address"]
 
 
 class _Strict(BaseModel):
@@ -38,9 +40,14 @@ def _endpoint(value: str) -> str:
     return value
 
 
-def _address(value: str) -> str:
+def valid_address(value: str) -> bool:
+    """True for `host:port` (a port of digits, 1-65535)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
+def _address(value: str) -> str:
+    if not valid_address(value):
         raise ValueError("must be host:port")
     return value
 
@@ -74,6 +81,8 @@ class CascadeConfig(_Strict):
     alternatives: dict[str, str] = Field(default_factory=dict)
     peers: dict[str, str] = Field(default_factory=dict)
     max_ttl: float = Field(default=300.0, gt=0)
+    # How far a peer's clock may run ahead: bounds update versions and hop token ages.
+    max_clock_skew: float = Field(default=60.0, gt=0)
 
     @field_validator("advertise")
     @classmethod

@@ -4,12 +4,13 @@ Inbound (a caller reaching our app): refuse requests to our own unavailable endp
 the cause chain); honour learning headers only when the `ccb-hop` token verifies, and strip
 every `ccb-*` header before the app sees it (outside clients cannot steer learning through
 it); remember the trace so the app's outbound calls are attributed to the endpoint it serves;
-answer sidecars with `ccb-sidecar-grpc: host:port` so they subscribe to our `Watch` stream.
+answer verified sidecars with `ccb-sidecar-grpc: host:port <token>` (the token binds our
+address to their hop token) so they subscribe to our `Watch` stream.
 
 Outbound (our app calling an upstream): learn the edge (explicit header or trace context),
 refuse a call to an unavailable target endpoint, reroute to a configured alternative while the
 primary is unavailable, add our `ccb-hop` token, and subscribe to the upstream's sidecar when
-its response names one.
+its response names one with a token that verifies (a plain upstream cannot make us dial out).
 """
 
 from __future__ import annotations
@@ -44,9 +45,8 @@ SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
 
 _HOP = HOP_HEADER.encode()
 _GRPC = SIDECAR_GRPC_HEADER.encode()
-_LEARNING = frozenset({SERVING_ENDPOINT_HEADER.encode(), OPTIONAL_HEADER.encode()})
 _STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
-_STRIP_INBOUND = _STRIP_OUTBOUND | _LEARNING
+_GRPC_ONLY = frozenset({_GRPC})
 
 
 class CascadeRejection(Rejection):
@@ -98,10 +98,19 @@ def _getter(headers: RawHeaders) -> Any:
     return found.get
 
 
-def _strip(headers: RawHeaders, names: frozenset[bytes]) -> None:
-    """Remove headers in place (the proxy forwards this very list)."""
-    if any(name.lower() in names for name, _ in headers):
-        headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
+def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
+    """Remove headers in place (the proxy forwards this very list); return their values."""
+    if not any(name.lower() in names for name, _ in headers):
+        return []
+    values = [v for n, v in headers if n.lower() in names]
+    headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
+    return values
+
+
+def _strip_cascade_headers(headers: RawHeaders) -> None:
+    """Remove every `ccb-*` header in place: they are for sidecars, never for the app."""
+    if any(name[:4].lower() == b"ccb-" for name, _ in headers):
+        headers[:] = [(n, v) for n, v in headers if n[:4].lower() != b"ccb-"]
 
 
 class CascadeHook:
@@ -142,17 +151,18 @@ class CascadeHook:
             state = info.state
             if state is None:
                 return
-            trace_key, from_sidecar = state
+            trace_key, caller_hop = state
             self.learner.inbound_done(trace_key)
-            if from_sidecar and self.node.advertise is not None and outcome != "rejected":
-                info.response_headers.append((_GRPC, self.node.advertise))
+            _strip(info.response_headers, _GRPC_ONLY)  # only we name our address
+            if caller_hop is not None and outcome != "rejected":
+                claim = self.node.peer_claim(caller_hop)
+                if claim is not None:
+                    info.response_headers.append((_GRPC, claim))
             return
-        headers = info.response_headers
-        for index, (name, value) in enumerate(headers):
-            if name.lower() == _GRPC:
-                self.node.peer_seen(info.reroute or info.target, value.decode("latin-1"))
-                del headers[index]  # for sidecars only; the app never sees it
-                break
+        # For sidecars only; the app never sees it.
+        claims = _strip(info.response_headers, _GRPC_ONLY)
+        if claims and isinstance(info.state, str):
+            self.node.peer_claimed(info.reroute or info.target, claims[0], info.state)
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -175,8 +185,8 @@ class CascadeHook:
             body["endpoint"] = str(endpoint)
             return CascadeRejection(body, refusal, self._wall())
         # The app never needs the cascade's headers; passed on, they could steer its calls.
-        _strip(headers, _STRIP_INBOUND)
-        info.state = (trace_key, from_sidecar)
+        _strip_cascade_headers(headers)
+        info.state = (trace_key, get(HOP_HEADER) if from_sidecar and self._signs_hops else None)
         return None
 
     def _hop_trusted(self, info: RequestInfo, get: Any, token: str) -> bool:
@@ -221,6 +231,7 @@ class CascadeHook:
             base = self._base_paths.get(upstream, "")
             token = self.learner.hop_token(info.method, base + info.path, get)
             info.add_headers.append((_HOP, token.encode("latin-1")))
+            info.state = token  # the upstream's sidecar binds its address to it
         return None
 
     def _breaker_open(self, upstream: str) -> bool:

@@ -24,9 +24,11 @@ from cascadebreaker.cascade import (
     RouteTemplates,
     TraceTable,
     Unavailability,
+    Verdict,
     load_secret,
 )
-from cascadebreaker.sidecar.cascade_config import CascadeConfig
+from cascadebreaker.sidecar.cascade_config import CascadeConfig, valid_address
+from cascadebreaker.sidecar.connections import RateLimitedLog
 from cascadebreaker.sidecar.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.propagation import PeerWatchers, WatchHub
 
@@ -41,6 +43,9 @@ log = logging.getLogger("cascadebreaker.sidecar.cascade")
 
 _HOUSEKEEPING = 1.0  # seconds between expiry sweeps (checks are lazy; this frees memory)
 _EDGE_SWEEP = 30.0
+MAX_PEERS_PER_UPSTREAM = 64  # sidecars (replicas) of one upstream we subscribe to
+
+_untrusted_claims = RateLimitedLog(log, logging.INFO)
 
 
 class CascadeNode:
@@ -61,13 +66,14 @@ class CascadeNode:
             wall_clock=time.time,
             secret=self.secret,
             max_ttl=config.max_ttl,
+            max_skew=config.max_clock_skew,
         )
         self.templates = RouteTemplates(config.templates)
         self.learner = Learner(
             self.table,
             self.templates,
             TraceTable(time.monotonic),
-            MemoHopTrust(self.secret),
+            MemoHopTrust(self.secret, max_skew=config.max_clock_skew),
             wall_clock=time.time,
             learn_from_traces=config.learn_from_traces,
         )
@@ -155,9 +161,14 @@ class CascadeNode:
         retry_after = breaker.retry_after if to_state.upper() == "OPEN" else 0.0
         self.send(self.table.breaker_transition(upstream, to_state, retry_after))
 
-    def _from_peer(self, update: AvailabilityUpdate, address: str) -> None:
+    def _from_peer(self, update: AvailabilityUpdate, address: str) -> Verdict:
         self.stats["received_watch"] += 1
-        self._receive(update)
+        if update.service != self.service and address not in self.peer_of.get(update.service, ()):
+            # A sidecar speaks for its own service only: the one we subscribed to it for
+            # (updates about our own service are the table's to refuse, and count as such).
+            self._count_rejected(Verdict.WRONG_PEER.value)
+            return Verdict.WRONG_PEER
+        return self._receive(update)
 
     def _from_redis(self, update: AvailabilityUpdate) -> None:
         if update.service == self.service:
@@ -165,9 +176,10 @@ class CascadeNode:
         self.stats["received_redis"] += 1
         self._receive(update)
 
-    def _receive(self, update: AvailabilityUpdate) -> None:
+    def _receive(self, update: AvailabilityUpdate) -> Verdict:
         result = self.table.receive(update)
         self.send(result.updates)
+        return result.verdict
 
     def _count_rejected(self, reason: str) -> None:
         self.stats[f"rejected_{reason}"] += 1
@@ -179,9 +191,52 @@ class CascadeNode:
             return
         if self.advertise is not None and address.encode() == self.advertise:
             return  # ourselves (an app calling its own service)
+        if len(known) >= MAX_PEERS_PER_UPSTREAM:
+            _untrusted_claims(
+                "cascade: %s already has %d sidecars watched; not watching %s",
+                upstream,
+                len(known),
+                address,
+            )
+            return
         if self.peers.ensure(address):
             known.add(address)
             log.info("cascade: watching %s at %s", upstream, address)
+        else:
+            _untrusted_claims("cascade: not watching %s at %s (refused)", upstream, address)
+
+    def peer_claim(self, caller_hop: str) -> bytes | None:
+        """The `ccb-sidecar-grpc` value for a verified caller: our address and a token that
+        binds it to the caller's hop token (None when we have no address to give)."""
+        if self.advertise is None:
+            return None
+        address = self.advertise.decode()
+        token = self.learner.trust.issue(self.service, time.time(), f"grpc|{address}|{caller_hop}")
+        return f"{address} {token}".encode()
+
+    def peer_claimed(self, upstream: str, value: bytes, sent_hop: str) -> None:
+        """An upstream's response named its sidecar: watch it if the claim verifies (the token
+        names `upstream`'s service and is bound to the hop token we sent)."""
+        address, _, token = value.decode("latin-1").strip().partition(" ")
+        route = self.runtime.routes.get(upstream)
+        host = route.pool.target.host if route is not None else None
+        check = self.learner.trust.check(
+            token.strip(),
+            peer_host=host,
+            now=time.time(),
+            material=f"grpc|{address}|{sent_hop}",
+        )
+        if not check.trusted:
+            reason = check.reason
+        elif check.service != upstream:
+            reason = f"the token is {check.service}'s"
+        elif not valid_address(address):
+            reason = "not host:port"
+        else:
+            self.peer_seen(upstream, address)
+            return
+        self.stats["untrusted_peer_claims"] += 1
+        _untrusted_claims("cascade: ignored a sidecar address from %s: %s", upstream, reason)
 
     def _forget_peer(self, address: str) -> None:
         for addresses in self.peer_of.values():
@@ -238,6 +293,7 @@ class CascadeNode:
             "peers": {upstream: sorted(addresses) for upstream, addresses in self.peer_of.items()},
             "watching": self.peers.peers,  # Watch subscriptions held (or reconnecting)
             "reconnects": self.peers.reconnects,
+            "untrusted_peer_claims": self.stats["untrusted_peer_claims"],
             "subscribers": self.hub.subscribers,
             "redis": None
             if self.redis is None

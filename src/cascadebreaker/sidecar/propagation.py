@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from cascadebreaker.cascade import AvailabilityUpdate, is_loopback
+from cascadebreaker.cascade import AvailabilityUpdate, Verdict, is_loopback
+from cascadebreaker.sidecar.connections import RateLimitedLog
 
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.grpc_api import WatchSubscription
@@ -28,7 +29,20 @@ __all__ = ["PeerWatchers", "WatchHub", "peer_host"]
 log = logging.getLogger("cascadebreaker.sidecar.cascade")
 
 _QUEUE_LIMIT = 4096  # a subscriber this far behind is cut off; it reconnects with since_version
-_MAX_PEERS = 256
+MAX_PEERS = 256  # Watch streams we hold to other sidecars
+MAX_SUBSCRIBERS = 1024  # Watch streams other sidecars hold to us
+# Updates that prove nothing about the peer's sequence: they never move `since_version` (a
+# forged huge version would otherwise make every reconnect skip what it missed).
+_UNTRUSTED = frozenset(
+    {
+        Verdict.MALFORMED,
+        Verdict.UNSIGNED,
+        Verdict.BAD_SIGNATURE,
+        Verdict.FUTURE_VERSION,
+        Verdict.WRONG_PEER,
+    }
+)
+_refusals = RateLimitedLog(log, logging.WARNING)
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
 _HELD = 1.0  # a stream open this long counts as a working connection
@@ -73,7 +87,10 @@ class WatchHub:
     async def source(self, subscription: WatchSubscription) -> AsyncIterator[AvailabilityUpdate]:
         """The `UpdateSource` plugged into the gRPC `Watch` method."""
         if self._loopback_only and not is_loopback(peer_host(subscription.peer)):
-            log.warning("refused Watch from %s: no secret, loopback only", subscription.peer)
+            _refusals("refused Watch from %s: no secret, loopback only", subscription.peer)
+            return
+        if len(self._subscribers) >= MAX_SUBSCRIBERS:
+            _refusals("refused Watch from %s: %d streams open", subscription.peer, MAX_SUBSCRIBERS)
             return
         wanted = frozenset(subscription.endpoints)
         queue: asyncio.Queue[AvailabilityUpdate | None] = asyncio.Queue()
@@ -102,8 +119,8 @@ def _wanted(update: AvailabilityUpdate, wanted: frozenset[str]) -> bool:
     return not wanted or f"{update.endpoint.method} {update.endpoint.template}" in wanted
 
 
-Receiver = Callable[[AvailabilityUpdate, str], None]
-"""Gets each update received from a peer, with the peer's address."""
+Receiver = Callable[[AvailabilityUpdate, str], Verdict]
+"""Gets each update received from a peer, with the peer's address; returns the verdict."""
 
 
 class PeerWatchers:
@@ -132,13 +149,13 @@ class PeerWatchers:
         return sorted(self._tasks)
 
     def ensure(self, address: str) -> bool:
-        """Subscribe to the sidecar at `address` unless already done; True when new."""
+        """Subscribe to the sidecar at `address` (once); False when refused."""
         if address in self._tasks:
-            return False
+            return True
         host = address.rpartition(":")[0].strip("[]")
         if self._loopback_only and not is_loopback(host):
             return False  # without a secret, peers are trusted on loopback only
-        if len(self._tasks) >= _MAX_PEERS:
+        if len(self._tasks) >= MAX_PEERS:
             return False
         self._tasks[address] = asyncio.get_running_loop().create_task(self._follow(address))
         return True
@@ -157,8 +174,8 @@ class PeerWatchers:
                 stream = watch_updates(channel, self.service, (), since, on_malformed=self._bad)
                 async for update in stream:
                     alive_at = time.monotonic()
-                    since = max(since, update.version)
-                    self._receive(update, address)
+                    if self._receive(update, address) not in _UNTRUSTED:
+                        since = max(since, update.version)
                 # The server ended the stream (it is shutting down or cut us off): reconnect.
             except asyncio.CancelledError:
                 raise
