@@ -15,6 +15,8 @@ import httpx
 import pytest
 import yaml
 
+from cascadebreaker.sidecar.config import parse_config
+
 from .conftest import SidecarProcess, Upstream, sidecar_command
 
 
@@ -84,6 +86,29 @@ def test_invalid_config_exits_2_naming_the_key(
     assert expected in lines[0]
 
 
+@pytest.mark.parametrize("listener", ["inbound", "grpc", "outbound", "admin"])
+def test_listening_beyond_loopback_needs_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listener: str
+) -> None:
+    monkeypatch.delenv("CCB_SECRET", raising=False)
+    document: dict[str, Any] = {
+        "service": "a",
+        "app": "http://127.0.0.1:8000",
+        "listen": {listener: "0.0.0.0:15999"},
+    }
+    result = run_with_config(tmp_path, yaml.safe_dump(document))
+    assert result.returncode == 2
+    assert f"allow_insecure: listen.{listener} 0.0.0.0:15999 is not loopback" in result.stderr
+    for allowed in (
+        {"allow_insecure": True},
+        {"cascade": {"secret": "s"}},
+        {"cascade": {"enabled": False}},
+    ):
+        parse_config({**document, **allowed})
+    monkeypatch.setenv("CCB_SECRET", "from the environment")
+    parse_config(document)
+
+
 def test_unparseable_and_missing_config_exit_2(tmp_path: Path) -> None:
     assert run_with_config(tmp_path, "service: [unclosed").returncode == 2
     missing = subprocess.run(
@@ -124,6 +149,11 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
             refused = True
     assert refused
     assert sidecar.process.poll() is None  # still serving the in-flight request
+    # The admin listener stays up: not ready, yet alive.
+    ready = httpx.get(sidecar.url("admin") + "/readyz", timeout=5)
+    assert ready.status_code == 503
+    assert ready.json() == {"status": "not ready"}
+    assert httpx.get(sidecar.url("admin") + "/healthz", timeout=5).status_code == 200
     upstream.state.release.set()
     caller.join(timeout=20)
     assert result == {"status": 200, "body": "released"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -9,6 +10,8 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cascadebreaker.cascade.trust import SECRET_ENV, is_loopback
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _STATUS_CLASS = re.compile(r"^[1-5]xx$")
@@ -185,6 +188,9 @@ class SidecarConfig(_Strict):
     # Owned by the cascade; accepted as-is for now.
     cascade: dict[str, Any] | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Listen beyond loopback with the cascade on but no secret: updates and hop tokens would be
+    # unauthenticated, so this must be asked for.
+    allow_insecure: bool = False
 
     @field_validator("service")
     @classmethod
@@ -221,6 +227,23 @@ class SidecarConfig(_Strict):
             raise ValueError("app: required when listen.inbound is set")
         return self
 
+    @model_validator(mode="after")
+    def _exposed_needs_secret(self) -> SidecarConfig:
+        cascade = self.cascade or {}
+        if self.allow_insecure or cascade.get("enabled", True) is False:
+            return self
+        if cascade.get("secret") or os.environ.get(SECRET_ENV):
+            return self
+        for name in ("outbound", "inbound", "grpc", "admin"):
+            address: HostPort | None = getattr(self.listen, name)
+            if address is None or address.host == "localhost" or is_loopback(address.host):
+                continue
+            raise ValueError(
+                f"allow_insecure: listen.{name} {address} is not loopback and no secret is "
+                f"set (cascade.secret or {SECRET_ENV}); set one, or allow_insecure: true"
+            )
+        return self
+
 
 def _number(value: Any) -> str:
     return f"{value:g}" if isinstance(value, int | float) else str(value)
@@ -245,7 +268,7 @@ def _describe(error: Any) -> str:
         message = str(ctx.get("error", error["msg"]))
     else:
         message = error["msg"][0].lower() + error["msg"][1:]
-    if kind == "value_error" and message.startswith("app: "):
+    if kind == "value_error" and message.startswith(("app: ", "allow_insecure: ")):
         return message  # a model-level rule that names its own key
     return f"{loc}: {message}" if loc else message
 
