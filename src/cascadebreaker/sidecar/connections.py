@@ -35,7 +35,7 @@ class RateLimitedLog:
         self.suppressed = 0
         self._next = 0.0
 
-    def __call__(self, message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+    def __call__(self, message: str, *args: Any, exc_info: Any = None) -> None:
         """Log `message % args` unless a line went out less than `interval` seconds ago."""
         if not self.logger.isEnabledFor(self.level):
             return

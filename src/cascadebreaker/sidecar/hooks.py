@@ -13,10 +13,12 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol
 
+from cascadebreaker.sidecar.connections import RateLimitedLog
 from cascadebreaker.sidecar.endpoint_hint import route_template
 from cascadebreaker.sidecar.wire import RawHeaders, json_response
 
 log = logging.getLogger("cascadebreaker.sidecar")
+_hook_errors = RateLimitedLog(log, logging.ERROR)  # a hook's bug may fire on every request
 
 RouteResolver = Callable[[str, str, str], str]
 """(service, method, path) -> route template, e.g. `/v1/charges/{id}`."""
@@ -155,7 +157,7 @@ class HookChain:
             try:
                 rejection = hook.on_request(info)
             except Exception:
-                log.exception("request hook %r failed; request let through", hook)
+                _hook_errors("request hook %r failed; request let through", hook, exc_info=True)
                 continue
             if rejection is not None:
                 return rejection
@@ -167,4 +169,4 @@ class HookChain:
             try:
                 hook.on_response(info, status, outcome)
             except Exception:
-                log.exception("response hook %r failed", hook)
+                _hook_errors("response hook %r failed", hook, exc_info=True)

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from cascadebreaker import CircuitOpenError, Permit, State
+from cascadebreaker.sidecar.connections import RateLimitedLog
 from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
 from cascadebreaker.sidecar.replies import FixedExchange, ReplyBuilder, rejection_for_open_circuit
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.runtime import SidecarRuntime
 
 log = logging.getLogger("cascadebreaker.sidecar")
+_admission_errors = RateLimitedLog(log, logging.ERROR)
 
 _PENDING_LIMIT = 262144
 _IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
@@ -356,7 +358,7 @@ class ProxyExchange(FixedExchange):
         if isinstance(error, CircuitOpenError):
             self._reject(rejection_for_open_circuit(self.route.name, error))
         elif error is not None:
-            log.error("breaker admission failed for %s", self.route.name, exc_info=error)
+            _admission_errors("breaker admission failed for %s", self.route.name, exc_info=error)
             self.reply(lambda close: error_response(500, "internal error", close))
         else:
             self.permit = task.result()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import httptools
 
+from cascadebreaker.sidecar.connections import RateLimitedLog
 from cascadebreaker.sidecar.upstream_model import (
     UpstreamConnectError,
     UpstreamError,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.tunnel import Tunnel
 
 log = logging.getLogger("cascadebreaker.sidecar")
+_internal_errors = RateLimitedLog(log, logging.ERROR)  # an upstream may trigger a bug at will
 
 
 class ResponseSink(Protocol):
@@ -141,7 +143,7 @@ class UpstreamConnection(asyncio.Protocol):
             else:
                 cause = exc.__context__
                 if cause is not None and not isinstance(cause, _BadResponse | ValueError):
-                    log.error(
+                    _internal_errors(
                         "error while handling a response from %s", self.pool.name, exc_info=cause
                     )
                 detail = f"bad response: {cause or exc}"
