@@ -146,6 +146,8 @@ async def test_every_valid_request_before_bad_bytes_is_answered(
         if eager:
             while upstream.finish_one():
                 pass
+            if transport.closed:
+                break
         if transport.reading:
             conn.data_received(pieces.pop(0))
         else:
