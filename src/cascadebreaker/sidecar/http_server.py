@@ -408,7 +408,7 @@ class ServerConnection(asyncio.Protocol):
         self._request = request
         if request.expect_continue and self.transport is not None and not request.http10:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if request.has_body:
+        if request.content_length is not None or request.chunked:  # a body may follow
             self._body_bytes = self._body_mark = 0
             self._body_clock = self._body_idle = 0.0
             self._body_swept = self.loop.time()

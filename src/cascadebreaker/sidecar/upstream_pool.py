@@ -295,9 +295,9 @@ class UpstreamConnection(asyncio.Protocol):
         assert self._sink is None
         self._sink = sink
         self._request_complete = complete
-        self._write_blocked = False
         self._upgrade_asked = upgrade
-        self._upgrade = b""
+        if upgrade:
+            self._upgrade = b""
         self._head_seen = False
         self._bytes_seen = False
         self._head_request = head_request
