@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import re
 import resource
+import select
 import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,22 +34,25 @@ def _metric(sidecar: SidecarProcess, name: str) -> float:
 
 
 @contextlib.contextmanager
-def _slow_clients(port: int, count: int) -> Iterator[list[bytes]]:
+def _slow_clients(port: int, count: int, refusals: int) -> Iterator[list[bytes]]:
     """`count` connections that each send half a request head and wait; yields what each got
-    back at once (a 503 when refused, nothing while held)."""
+    back once `refusals` of them were answered (a 503 when refused, nothing while held)."""
     sockets: list[socket.socket] = []
-    answers: list[bytes] = []
     try:
         for _ in range(count):
             sock = socket.create_connection(("127.0.0.1", port), timeout=10)
             sockets.append(sock)
-            sock.settimeout(0.3)
-            try:
-                answers.append(sock.recv(65536))
-            except TimeoutError:
-                answers.append(b"")  # held open: send a slow head to keep it busy
+            with contextlib.suppress(OSError):  # a refused one may be closed already
                 sock.sendall(b"GET /payment/x HTTP/1.1\r\n")
-        yield answers
+        answers = dict.fromkeys(sockets, b"")
+        deadline = time.monotonic() + 30
+        while sum(1 for a in answers.values() if a) < refusals:
+            assert time.monotonic() < deadline, "the refusals did not all arrive"
+            waiting = [sock for sock, answer in answers.items() if not answer]
+            for sock in select.select(waiting, [], [], 1.0)[0]:
+                with contextlib.suppress(OSError):
+                    answers[sock] = sock.recv(65536) or b"(closed)"
+        yield [answers[sock] for sock in sockets]
     finally:
         for sock in sockets:
             sock.close()
@@ -81,7 +86,7 @@ def test_past_the_cap_new_connections_get_503_and_admin_still_answers(
     sidecar = limited(256, 256, limits={"header_timeout": 60})
     cap = (256 - 128) // 2  # a client connection and its upstream one, after a reserve
     clients = 300  # more than the sidecar has descriptors
-    with _slow_clients(sidecar.ports["outbound"], clients) as answers:
+    with _slow_clients(sidecar.ports["outbound"], clients, clients - cap) as answers:
         # The data plane is full; the admin listener is not.
         assert httpx.get(sidecar.url("admin") + "/healthz", timeout=10).status_code == 200
         held = [a for a in answers if not a]
@@ -116,7 +121,7 @@ def test_the_soft_limit_is_raised_to_the_hard_one(
 def test_a_configured_cap(limited: Callable[..., SidecarProcess]) -> None:
     sidecar = limited(256, 256, limits={"max_connections": 5})
     assert _metric(sidecar, "ccb_sidecar_client_connections_max") == 5
-    with _slow_clients(sidecar.ports["outbound"], 7) as answers:
+    with _slow_clients(sidecar.ports["outbound"], 7, 2) as answers:
         assert [bool(a) for a in answers] == [False] * 5 + [True] * 2
 
 
