@@ -11,7 +11,7 @@ import yaml
 from cascadebreaker.kube.inject import SIDECAR, InjectOptions, inject, pod_templates
 from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.command import override_listeners
-from cascadebreaker.sidecar.config import parse_config
+from cascadebreaker.sidecar.config import ConfigError, parse_config
 from tests.deploy import shop_manifests
 from tests.deploy.render import KUBE, OVERLAYS, ROOT, kustomize
 from tests.kube.k8s_schema import KUBERNETES_VERSIONS, validate_strict
@@ -62,10 +62,11 @@ def _sidecar_configs(docs: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("overlay", ["overlays/checkout", "overlays/shop"])
 def test_sidecar_configs_are_valid_and_match_the_pods(
-    rendered: dict[str, list[dict[str, Any]]], overlay: str
+    rendered: dict[str, list[dict[str, Any]]], overlay: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     docs = [inject(d) for d in rendered[overlay]]
     configs = _sidecar_configs(docs)
+    (secret,) = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "ccb-secret"]
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     injected = 0
     for doc in docs:
@@ -78,8 +79,15 @@ def test_sidecar_configs_are_valid_and_match_the_pods(
             (sidecar,) = sidecars
             volume = next(v for v in spec["volumes"] if v["name"] == "ccb-config")
             raw = configs[volume["configMap"]["name"]]
-            # what the container will run: the file plus the listeners its args pin
+            # what the container will run: the file plus the listeners its args pin, and the
+            # overlay's secret as CCB_SECRET (it listens beyond loopback: no secret, no start)
             pinned = [a for a in sidecar["args"] if re.match(r"^\w+=", a)]
+            (env,) = [e for e in sidecar["env"] if e["name"] == "CCB_SECRET"]
+            assert env["valueFrom"]["secretKeyRef"]["name"] == "ccb-secret"
+            monkeypatch.delenv("CCB_SECRET", raising=False)
+            with pytest.raises(ConfigError, match=r"^allow_insecure: listen\."):
+                override_listeners(parse_config(raw), pinned)
+            monkeypatch.setenv("CCB_SECRET", secret["stringData"]["CCB_SECRET"])
             config = override_listeners(parse_config(raw), pinned)
             parse_cascade_config(config.cascade)
             ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}

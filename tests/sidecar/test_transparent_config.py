@@ -34,8 +34,14 @@ def test_bad_values_name_the_key(data: dict[str, object], message: str) -> None:
         parse_config({**BASE, **data})
 
 
-def test_listen_overrides_pin_listeners_and_reject_unknown_names() -> None:
-    config = parse_config({**BASE, "listen": {"admin": "127.0.0.1:1"}})
+def test_listen_overrides_pin_listeners_and_reject_unknown_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("CCB_SECRET", raising=False)
+    insecure = parse_config({**BASE, "listen": {"admin": "127.0.0.1:1"}})
+    with pytest.raises(ConfigError, match=re.escape("allow_insecure: listen.admin 0.0.0.0")):
+        override_listeners(insecure, ["admin=0.0.0.0:15000"])  # validated like the file
+    config = parse_config({**BASE, "listen": {"admin": "127.0.0.1:1"}, "cascade": {"secret": "s"}})
     pinned = override_listeners(config, ["admin=0.0.0.0:15000", "transparent=127.0.0.1:15003"])
     assert str(pinned.listen.admin) == "0.0.0.0:15000"
     assert str(pinned.listen.transparent) == "127.0.0.1:15003"
