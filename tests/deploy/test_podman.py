@@ -9,7 +9,9 @@ an init container. A request goes through the sidecar inside the pod and /status
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import tempfile
 import time
@@ -29,6 +31,26 @@ pytestmark = [pytest.mark.pods, pytest.mark.slow]
 
 PREFIX = "ccbtest-"
 SERVICE = "inventory"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leftover(name: str) -> bool:
+    """A pod of a run that was killed: ours by prefix, and its pytest process is gone.
+
+    Pods carry the pid of the run that made them, so parallel runs on one machine never remove
+    each other's pods.
+    """
+    match = re.fullmatch(rf"{PREFIX}(\d+)-.*", name)
+    return match is not None and not _pid_alive(int(match.group(1)))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +100,21 @@ def test_netinit_in_the_image(image: BuiltImage) -> None:
     assert "-A CCB_OUTPUT -p tcp -j REDIRECT --to-ports 15003" in out
 
 
-def as_podman_pod(deployment: dict[str, Any], name: str) -> dict[str, Any]:
+def _secret_values(docs: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    values: dict[tuple[str, str], str] = {}
+    for doc in docs:
+        if doc["kind"] != "Secret":
+            continue
+        for key, value in doc.get("stringData", {}).items():
+            values[(doc["metadata"]["name"], key)] = value
+        for key, value in doc.get("data", {}).items():
+            values[(doc["metadata"]["name"], key)] = base64.b64decode(value).decode()
+    return values
+
+
+def as_podman_pod(
+    deployment: dict[str, Any], name: str, secrets: dict[tuple[str, str], str]
+) -> dict[str, Any]:
     """The Deployment's pod as a Pod object podman 4.3 can run (native sidecars moved)."""
     template = deployment["spec"]["template"]
     spec = template["spec"]
@@ -98,6 +134,13 @@ def as_podman_pod(deployment: dict[str, Any], name: str) -> dict[str, Any]:
         # podman maps declared ports to the host, which needs its bridge network; the pod runs
         # with --network none (nothing of it in the root namespace), so the list goes.
         container.pop("ports", None)
+        # podman 4.3 does not resolve secretKeyRef from a Secret in the played file, and a
+        # sidecar listening beyond loopback refuses to start without its secret: inline it.
+        for env in container.get("env", []):
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                env["value"] = secrets[(ref["name"], ref["key"])]
+                del env["valueFrom"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -109,14 +152,14 @@ def as_podman_pod(deployment: dict[str, Any], name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def pod(image: BuiltImage) -> Iterator[str]:
     for leftover in podman("pod", "ls", "--format", "{{.Name}}").split():
-        if leftover.startswith(PREFIX):  # from a run that was killed
+        if _leftover(leftover):
             podman("pod", "rm", "-f", leftover, check=False)
     rendered = kustomize("overlays/shop")
     options = InjectOptions(image=IMAGE, image_pull_policy="Never")
     docs = [inject(d, options) for d in rendered]
     for doc in docs:
         validate_strict(doc)
-    name = f"{PREFIX}{SERVICE}"
+    name = f"{PREFIX}{os.getpid()}-{SERVICE}"
     wanted = {"shop-topology", f"{SERVICE}-ccb", "ccb-secret"}
     objects = [
         d for d in docs if d["kind"] in ("ConfigMap", "Secret") and d["metadata"]["name"] in wanted
@@ -124,7 +167,7 @@ def pod(image: BuiltImage) -> Iterator[str]:
     (deployment,) = [
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == SERVICE
     ]
-    objects.append(as_podman_pod(deployment, name))
+    objects.append(as_podman_pod(deployment, name, _secret_values(docs)))
     folder = Path(tempfile.mkdtemp(prefix="ccb-kube-play-"))
     manifest = folder / "pod.yaml"
     manifest.write_text(yaml.safe_dump_all(objects, sort_keys=False))
