@@ -18,6 +18,7 @@ _COMMANDS = {
     "inject": "cascadebreaker.kube.command",
     "injector": "cascadebreaker.kube.command",
     "netinit": "cascadebreaker.kube.command",
+    "dashboard": "cascadebreaker.dashboard.command",
 }
 
 
