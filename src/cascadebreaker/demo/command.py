@@ -8,9 +8,10 @@ import importlib.util
 import os
 import sys
 import time
+from collections.abc import Coroutine
 from typing import Any
 
-from cascadebreaker.demo.topology import EXTERNAL, Mode, Timings
+from cascadebreaker.demo.topology import EXTERNAL, Mode, Timings, Topology
 
 
 def default_mode() -> Mode:
@@ -39,6 +40,15 @@ def register(subparsers: Any) -> None:
         help="stay up after the story until Ctrl-C (use `ccb fault` meanwhile)",
     )
     demo.add_argument("--no-story", action="store_true", help="start the system, skip the story")
+    demo.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="start `ccb dashboard` beside the shop and print its URL (with --keep-running, "
+        "orders keep flowing at --rate so faults show in the browser)",
+    )
+    demo.add_argument(
+        "--dashboard-port", type=int, default=0, help="the dashboard's port (default: a free one)"
+    )
     demo.add_argument("--seconds", type=float, default=6.0, help="length of a story chapter")
     demo.add_argument("--rate", type=float, default=5.0, help="orders per second during the story")
     demo.add_argument(
@@ -120,11 +130,20 @@ def run_demo(args: argparse.Namespace) -> int:
         with console.status(f"starting {len(system.topology.services)} services ({mode.value})"):
             system.start()
         path = write_state(system.topology, system.pids(), system.workdir)
+        dashboard_url = None
+        if args.dashboard:
+            from cascadebreaker.demo.dashboard import start_dashboard
+
+            with console.status("starting the dashboard"):
+                dashboard_url = start_dashboard(system, args.dashboard_port)
+            write_state(system.topology, system.pids(), system.workdir)
         console.print(addresses(system.topology))
         console.print(
             f"public entry: POST {system.topology.public_url}/orders   "
             f"state file: {path}   logs: {system.workdir}"
         )
+        if dashboard_url is not None:
+            print(f"dashboard: {dashboard_url}", flush=True)  # one line, never wrapped
         if not args.no_story:
             state = StoryState(system.topology)
             with Live(render(state), console=console, refresh_per_second=4) as live:
@@ -143,12 +162,13 @@ def run_demo(args: argparse.Namespace) -> int:
             console.print(
                 "running; `ccb fault inject courier --mode down`, `ccb fault clear`; Ctrl-C to stop"
             )
+            load_rate = args.rate if args.dashboard else None
             if not console.is_terminal:
-                while True:
-                    time.sleep(3600)
+                asyncio.run(_keep_running(system.topology, load_rate, None))
             state = StoryState(system.topology)
             with Live(render(state), console=console, refresh_per_second=2) as live:
-                asyncio.run(watch(system.topology, state, lambda: live.update(render(state))))
+                view = watch(system.topology, state, lambda: live.update(render(state)))
+                asyncio.run(_keep_running(system.topology, load_rate, view))
     except LaunchError as exc:
         console.print(f"[red]demo failed to start:[/red] {exc}")
         return 1
@@ -158,6 +178,18 @@ def run_demo(args: argparse.Namespace) -> int:
         remove_state()
         system.stop()
     return 0
+
+
+async def _keep_running(
+    topology: Topology, load_rate: float | None, view: Coroutine[Any, Any, None] | None
+) -> None:
+    """Until cancelled: the live view (when shown) and steady orders (when a rate is given)."""
+    from cascadebreaker.demo.story import steady_load
+
+    parts: list[Coroutine[Any, Any, object]] = [view or asyncio.Event().wait()]
+    if load_rate is not None:
+        parts.append(steady_load(topology, load_rate))
+    await asyncio.gather(*parts)
 
 
 def run_experiment(args: argparse.Namespace) -> int:

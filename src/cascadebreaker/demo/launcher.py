@@ -239,6 +239,12 @@ class DemoSystem:
         if not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def attach(self, process: ManagedProcess, timeout: float = 30.0) -> None:
+        """Start one more process beside the system (stopped with it); wait until healthy."""
+        self.processes[process.name] = process
+        process.spawn()
+        self._wait_healthy([process], timeout)
+
     def kill(self, name: str) -> None:
         """SIGKILL one process (a real outage, not a simulated one)."""
         process = self.processes[name]

@@ -136,6 +136,17 @@ async def run_story(
     return report
 
 
+async def steady_load(topology: Topology, rate: float) -> None:
+    """Orders at `rate` per second until cancelled (so faults switched meanwhile show)."""
+    while True:  # one-minute rounds: the results of a long run do not pile up
+        await run_load(
+            topology.public_url,
+            rate=rate,
+            duration=60.0,
+            request_timeout=topology.timings.call_timeout * 4,
+        )
+
+
 async def watch(topology: Topology, state: StoryState, refresh: Callable[[], None]) -> None:
     """Keep the view current while the demo just runs (until cancelled)."""
     state.chapter = Chapter(

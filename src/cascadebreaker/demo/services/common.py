@@ -14,6 +14,7 @@ import httpx
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cascadebreaker.cascade.trust import SERVING_ENDPOINT_HEADER
 from cascadebreaker.demo.precheck import AvailabilityCheck, NoPrecheck, SidecarPrecheck
 from cascadebreaker.demo.refusal import is_refusal
 from cascadebreaker.demo.topology import Mode, Topology
@@ -126,9 +127,17 @@ class Downstream:
     stats: Stats
     breaker: CircuitBreaker | None = None
 
-    async def call(self, method: str, path: str, json: Any = None) -> httpx.Response:
-        """Call the downstream; 2xx-4xx are returned, anything else raises DownstreamError."""
+    async def call(
+        self, method: str, path: str, json: Any = None, serving: str | None = None
+    ) -> httpx.Response:
+        """Call the downstream; 2xx-4xx are returned, anything else raises DownstreamError.
+
+        `serving` names the endpoint this call serves (`"gateway POST /orders"`), for a caller
+        whose sidecar cannot learn it from the trace: the one that starts the trace itself.
+        """
         headers = {"traceparent": child_traceparent(current_traceparent.get())}
+        if serving is not None:
+            headers[SERVING_ENDPOINT_HEADER] = serving
         if self.breaker is None:
             return await self._send(method, path, json, headers)
         from cascadebreaker import CircuitOpenError

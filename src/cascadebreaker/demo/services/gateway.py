@@ -28,8 +28,10 @@ def create_app(ctx: ServiceContext) -> ASGIApp:
         @app.post("/orders", status_code=201)
         async def place_order(body: PublicOrder) -> JSONResponse:
             try:
+                # The gateway starts each trace itself, so its sidecar never saw one inbound:
+                # it names its endpoint instead, and the cascade reaches the public entry.
                 response = await ctx.downstream("order").call(
-                    "POST", "/v1/orders", body.model_dump()
+                    "POST", "/v1/orders", body.model_dump(), serving="gateway POST /orders"
                 )
             except DownstreamError as exc:
                 ctx.stats.incr("orders_refused" if exc.refused else "orders_error")
