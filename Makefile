@@ -26,9 +26,11 @@ check: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-# Front ends: Vue/Vite sources in frontend/, built into the package (only this target needs node).
+# Front ends: Vue/Vite sources in frontend/, built into the package (only this target needs node;
+# the built files are committed, so users and CI never need it).
 assets:
 	cd frontend/demo-web && npm ci --no-audit --no-fund && npm run build
+	cd frontend/dashboard && npm ci --no-audit --no-fund && npm run build
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
