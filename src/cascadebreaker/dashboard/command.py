@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import socket
 import sys
+from types import FrameType
 from typing import Any
 
 DEFAULT_PORT = 15080
@@ -69,9 +71,15 @@ def run_dashboard(args: argparse.Namespace) -> int:
     shown = f"[{host}]" if ":" in host else host
     print(f"ccb dashboard: http://{shown}:{port}/", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again: let that end us with 0.
+    signal.signal(signal.SIGTERM, _interrupt)
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[listener])
     return 0
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _fail(message: str) -> int:
