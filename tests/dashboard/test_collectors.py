@@ -80,7 +80,7 @@ async def test_fetch_reads_a_status_into_the_fleet() -> None:
 
     sidecar = fleet.sidecars[URL]
     assert (sidecar.service, sidecar.reachable, sidecar.asked_at) == ("inventory", True, 5.0)
-    assert collector.asked == 1
+    assert sidecar.asked == 1
 
 
 @pytest.mark.parametrize(

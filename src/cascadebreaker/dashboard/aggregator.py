@@ -39,12 +39,15 @@ class Aggregator:
         sources: Sources,
         pacing: Pacing = Pacing(),
         *,
+        watch: bool = True,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         Pacer(pacing.interval, pacing.min_gap)  # fails early on bad pacing
         self.sources = sources
         self.pacing = pacing
+        # With Redis, every update of every replica arrives on one subscription: no Watch streams.
+        self.watch = watch and sources.redis is None
         self.clock, self.wall = clock, wall
         self.fleet = Fleet(on_change=self._notify)
         self.fleet.declare(sources.services)
@@ -60,15 +63,13 @@ class Aggregator:
     async def start(self) -> None:
         """Start every collector (inside the running loop)."""
         self._http = httpx.AsyncClient(trust_env=False)
-        # With Redis, every update of every replica arrives on one subscription: no Watch streams.
-        watch = self.sources.redis is None
         for url in self.sources.sidecars:
             collector = SidecarCollector(
                 url,
                 self.fleet,
                 self._http,
                 Pacer(self.pacing.interval, self.pacing.min_gap),
-                watch=watch,
+                watch=self.watch,
                 clock=self.clock,
                 wall=self.wall,
             )
@@ -117,8 +118,8 @@ class Aggregator:
         return self.picture_json()
 
     def status_requests(self) -> dict[str, int]:
-        """/status requests made so far, per sidecar (what the benchmark reports)."""
-        return {url: c.asked for url, c in self.collectors.items()}
+        """/status requests made so far, per sidecar."""
+        return {url: s.asked for url, s in self.fleet.sidecars.items()}
 
     def _notify(self) -> None:
         self._changed.set()

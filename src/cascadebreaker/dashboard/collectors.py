@@ -99,7 +99,6 @@ class SidecarCollector:
         self.pacer = pacer
         self.watch = watch
         self.clock, self.wall = clock, wall
-        self.asked = 0  # /status requests made (the dashboard's cost on this sidecar)
         self._wake = asyncio.Event()
         self._stream: asyncio.Task[None] | None = None
         self._stream_address: str | None = None
@@ -128,7 +127,6 @@ class SidecarCollector:
 
     async def fetch(self, asked: float) -> None:
         """One /status; the fleet learns the answer or that there was none."""
-        self.asked += 1
         try:
             response = await self.http.get(f"{self.url}/status", timeout=_STATUS_TIMEOUT)
             if response.status_code != 200:

@@ -41,6 +41,11 @@ def register(subparsers: Any) -> None:
         default=2.0,
         help="never read a sidecar's /status more often than this (seconds)",
     )
+    parser.add_argument(
+        "--poll-only",
+        action="store_true",
+        help="no Watch streams (e.g. gRPC not reachable): changes show within --interval",
+    )
     parser.set_defaults(handler=run_dashboard)
 
 
@@ -66,7 +71,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from cascadebreaker.dashboard.aggregator import Aggregator, Pacing
     from cascadebreaker.dashboard.server import create_app
 
-    app = create_app(Aggregator(sources, Pacing(args.interval, args.min_gap)))
+    pacing = Pacing(args.interval, args.min_gap)
+    app = create_app(Aggregator(sources, pacing, watch=not args.poll_only))
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     print(f"ccb dashboard: http://{shown}:{port}/", flush=True)

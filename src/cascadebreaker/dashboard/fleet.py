@@ -60,6 +60,7 @@ class Sidecar:
     admin_url: str
     service: str | None = None
     reachable: bool | None = None  # None until it was first asked
+    asked: int = 0  # /status requests so far: the dashboard's cost on this sidecar
     error: str = "not asked yet"
     status: SidecarStatus | None = None
     asked_at: float = -math.inf  # monotonic time the last good /status was asked for
@@ -141,6 +142,7 @@ class Fleet:
     ) -> None:
         """A sidecar answered /status (asked at monotonic `asked_at`)."""
         sidecar = self.sidecars[admin_url]
+        sidecar.asked += 1
         if sidecar.reachable is False:
             self._log(wall, "sidecar", status.service, f"{status.service} sidecar reachable again")
         sidecar.service, sidecar.status = status.service, status
@@ -164,6 +166,7 @@ class Fleet:
     def status_failed(self, admin_url: str, reason: str, wall: float) -> None:
         """A sidecar did not answer /status (or answered something unreadable)."""
         sidecar = self.sidecars[admin_url]
+        sidecar.asked += 1
         if sidecar.reachable is not False:
             text = f"{sidecar.name} sidecar unreachable: {reason}"
             self._log(wall, "sidecar", sidecar.name, text)

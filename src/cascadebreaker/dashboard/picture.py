@@ -86,6 +86,7 @@ def picture(fleet: Fleet, wall: float) -> dict[str, Any]:
                         "reachable": s.reachable,
                         "error": s.error,
                         "stream": s.stream,
+                        "statusRequests": s.asked,
                     }
                     for s in fleet.sidecars_of(name)
                 ],
