@@ -105,3 +105,18 @@ async def test_a_killed_sidecar_turns_unreachable_when_its_stream_breaks(
         await until(lambda: fleet.availability(time.time())["shop"] == "unreachable", "unreachable")
         assert sidecar.error == "connection refused"
         assert "shop sidecar unreachable: connection refused" in [e["text"] for e in fleet.timeline]
+
+
+async def test_poll_only_learns_the_same_from_status_alone(shop: ShopSidecar) -> None:
+    pacing = Pacing(interval=0.5, min_gap=0.5)
+    sources = Sources(sidecars={shop.admin_url: None})
+    async with running(Aggregator(sources, pacing, watch=False)) as live:
+        fleet = live.fleet
+
+        await asyncio.to_thread(shop.open_breaker)
+
+        await until(lambda: fleet.breakers()[("shop", "pay")].state == "OPEN", "/status")
+        view = fleet.breakers()[("shop", "pay")]
+        assert view.inferred is False
+        assert fleet.sidecars[shop.admin_url].stream == "none"
+        assert fleet.updates_of == {}  # nothing came from a stream

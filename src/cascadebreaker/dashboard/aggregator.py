@@ -19,7 +19,6 @@ from cascadebreaker.dashboard.sources import Sources
 
 __all__ = ["Aggregator", "Pacing"]
 
-_COALESCE = 0.05  # seconds: a burst of updates becomes one push to the browsers
 _TICK = 1.0  # seconds between expiry checks (no I/O)
 
 
@@ -110,11 +109,10 @@ class Aggregator:
         return self._cached
 
     async def next_picture(self, after: int) -> tuple[int, str]:
-        """Wait for a picture newer than version `after` (a burst of changes becomes one)."""
+        """The first picture newer than version `after` (waits for a change)."""
         while self.fleet.version <= after:
             self._changed.clear()
             await self._changed.wait()
-            await asyncio.sleep(_COALESCE)
         return self.picture_json()
 
     def status_requests(self) -> dict[str, int]:

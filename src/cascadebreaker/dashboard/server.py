@@ -8,6 +8,7 @@ GET /healthz      {"status": "ok"}
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,6 +27,9 @@ __all__ = ["ASSETS", "create_app"]
 ASSETS = Path(__file__).resolve().parent.parent / "web" / "dashboard"
 _RETRY_MS = 1000  # the browser reconnects this soon after losing the stream
 _PING = 15  # seconds between keep-alive comments (proxies close silent streams)
+# At most one picture per browser per this many seconds: the first change goes out at once, a
+# burst after it (a cascade is several updates within milliseconds) becomes one more picture.
+_THROTTLE = 0.05
 
 
 def create_app(aggregator: Aggregator, assets: Path = ASSETS) -> Starlette:
@@ -48,6 +52,7 @@ def create_app(aggregator: Aggregator, assets: Path = ASSETS) -> Starlette:
             version, document = aggregator.picture_json()
             yield ServerSentEvent(data=document, event="picture", id=str(version), retry=_RETRY_MS)
             while True:
+                await asyncio.sleep(_THROTTLE)
                 version, document = await aggregator.next_picture(version)
                 yield ServerSentEvent(data=document, event="picture", id=str(version))
 
