@@ -15,91 +15,27 @@ endpoint), and confirmed or corrected by that sidecar's next `/status`.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from cascadebreaker.dashboard import views
 from cascadebreaker.dashboard.model import (
-    Counts,
+    Link,
+    Rates,
+    Sidecar,
     SidecarStatus,
     Unavailability,
     Update,
-    is_whole_service,
     service_of,
 )
+from cascadebreaker.dashboard.views import Belief, BreakerView
 
-__all__ = ["Belief", "BreakerView", "Fleet", "Rates", "Sidecar"]
+__all__ = ["Fleet"]
 
-_STATE_RANK = {"CLOSED": 0, "HALF_OPEN": 1, "OPEN": 2}
 # What the page shows, compared after every input: breaker states, service availability and
 # the endpoints believed unavailable.
 _Seen = tuple[dict[tuple[str, str], str], dict[str, str], frozenset[str]]
-
-
-@dataclass(frozen=True, slots=True)
-class Rates:
-    """Per-second rates of one breaker between two /status reads."""
-
-    calls: float = 0.0
-    failures: float = 0.0
-    rejected: float = 0.0
-
-    def plus(self, other: Rates) -> Rates:
-        """The sum (replicas of one service)."""
-        return Rates(
-            self.calls + other.calls, self.failures + other.failures, self.rejected + other.rejected
-        )
-
-
-@dataclass
-class Sidecar:
-    """One followed sidecar, as the dashboard knows it now."""
-
-    admin_url: str
-    service: str | None = None
-    reachable: bool | None = None  # None until it was first asked
-    asked: int = 0  # /status requests so far: the dashboard's cost on this sidecar
-    error: str = "not asked yet"
-    status: SidecarStatus | None = None
-    asked_at: float = -math.inf  # monotonic time the last good /status was asked for
-    stream: str = "none"  # none | connecting | open | lost
-    unavailable: dict[str, Unavailability] = field(default_factory=dict)
-    touched: dict[str, float] = field(default_factory=dict)  # endpoint -> stream update time
-    inferred_open: dict[str, float] = field(default_factory=dict)  # upstream -> update time
-    counts: dict[str, tuple[Counts, float]] = field(default_factory=dict)
-    rates: dict[str, Rates] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        """The service name once known, else the admin URL."""
-        return self.service or self.admin_url
-
-
-@dataclass(frozen=True, slots=True)
-class Belief:
-    """An endpoint believed unavailable: why, and by how many of its owner's replicas."""
-
-    unavailability: Unavailability
-    reporters: int = 1
-    replicas: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerView:
-    """One caller's breaker for one upstream, over all replicas of the caller."""
-
-    service: str
-    upstream: str
-    state: str
-    retry_after: float
-    rates: Rates | None
-    totals: Counts
-    instances: int
-    open_instances: int
-    inferred: bool  # OPEN read off an update, not yet confirmed by /status
-    stale: bool  # every sidecar that reported it is unreachable now
 
 
 class Fleet:
@@ -272,97 +208,21 @@ class Fleet:
         return [s for s in self.sidecars.values() if s.name == service]
 
     def beliefs(self, wall: float) -> dict[str, Belief]:
-        """Every endpoint believed unavailable now.
-
-        A service's own sidecars speak for its endpoints (unavailable when every reachable
-        replica says so); anyone speaks for a whole service (a caller's open breaker) and for
-        services no reachable sidecar of which is followed.
-        """
-        replicas: dict[str, int] = {}
-        for sidecar in self.sidecars.values():
-            if sidecar.reachable:
-                replicas[sidecar.name] = replicas.get(sidecar.name, 0) + 1
-        own: dict[str, list[Unavailability]] = {}
-        others: dict[str, Unavailability] = {}
-        reports = [(s.name, s.unavailable) for s in self.sidecars.values() if s.reachable]
-        reports += list(self.heard.items())
-        for reporter, table in reports:
-            for endpoint, unavailability in table.items():
-                if 0 < unavailability.expires_at <= wall:
-                    continue  # expired; a recovery may never be sent
-                owner = service_of(endpoint)
-                if owner == reporter and owner in replicas:
-                    own.setdefault(endpoint, []).append(unavailability)
-                elif owner not in replicas or is_whole_service(endpoint):
-                    others.setdefault(endpoint, unavailability)
-        found = {e: Belief(u) for e, u in others.items()}
-        for endpoint, said in own.items():
-            total = replicas[service_of(endpoint)]
-            if len(said) == total:
-                found[endpoint] = Belief(said[0], len(said), total)
-        return found
+        """Every endpoint believed unavailable now (see `views.beliefs`)."""
+        return views.beliefs(self.sidecars.values(), self.heard, wall)
 
     def partial(self, wall: float) -> dict[str, tuple[int, int]]:
         """Endpoints some but not all replicas of their service call unavailable: (said, of)."""
-        counts: dict[str, int] = {}
-        replicas: dict[str, int] = {}
-        for sidecar in self.sidecars.values():
-            if not sidecar.reachable:
-                continue
-            replicas[sidecar.name] = replicas.get(sidecar.name, 0) + 1
-            for endpoint, u in sidecar.unavailable.items():
-                if service_of(endpoint) == sidecar.name and not 0 < u.expires_at <= wall:
-                    counts[endpoint] = counts.get(endpoint, 0) + 1
-        return {
-            e: (n, replicas[service_of(e)])
-            for e, n in counts.items()
-            if n < replicas[service_of(e)]
-        }
+        return views.partial(self.sidecars.values(), wall)
 
     def availability(self, wall: float, beliefs: dict[str, Belief] | None = None) -> dict[str, str]:
         """`available`, `unavailable` or `unreachable` for every service."""
         beliefs = self.beliefs(wall) if beliefs is None else beliefs
-        down = {service_of(e) for e in beliefs}
-        found = {}
-        for service in self.services():
-            sidecars = self.sidecars_of(service)
-            if sidecars and not any(s.reachable for s in sidecars):
-                found[service] = "unreachable"
-            else:
-                found[service] = "unavailable" if service in down else "available"
-        return found
+        return views.availability(self.services(), self.sidecars.values(), beliefs)
 
     def breakers(self) -> dict[tuple[str, str], BreakerView]:
         """Every (service, upstream) breaker, aggregated over the service's replicas."""
-        groups: dict[tuple[str, str], list[tuple[Sidecar, Any]]] = {}
-        for sidecar in self.sidecars.values():
-            if sidecar.status is None:
-                continue
-            for breaker in sidecar.status.breakers:
-                groups.setdefault((sidecar.name, breaker.upstream), []).append((sidecar, breaker))
-        views = {}
-        for (service, upstream), members in groups.items():
-            live = [(s, b) for s, b in members if s.reachable] or members
-            states = ["OPEN" if upstream in s.inferred_open else b.state for s, b in live]
-            state = max(states, key=_STATE_RANK.__getitem__)
-            rates = [s.rates[upstream] for s, _ in live if upstream in s.rates]
-            views[(service, upstream)] = BreakerView(
-                service=service,
-                upstream=upstream,
-                state=state,
-                retry_after=max(b.retry_after for _, b in live),
-                rates=_sum(rates) if rates else None,
-                totals=Counts(
-                    sum(b.counts.calls for _, b in live),
-                    sum(b.counts.failures for _, b in live),
-                    sum(b.counts.rejected for _, b in live),
-                ),
-                instances=len(live),
-                open_instances=states.count("OPEN"),
-                inferred=any(upstream in s.inferred_open for s, _ in live),
-                stale=not any(s.reachable for s, _ in members),
-            )
-        return views
+        return views.breakers(self.sidecars.values())
 
     # -- internals --------------------------------------------------------------------------
 
@@ -426,12 +286,5 @@ class Fleet:
         )
 
 
-def _sum(rates: list[Rates]) -> Rates:
-    total = Rates()
-    for r in rates:
-        total = total.plus(r)
-    return total
-
-
-def _link_text(link: Any) -> str:
+def _link_text(link: Link) -> str:
     return f"{link.endpoint}: {link.reason}" if link.reason else str(link.endpoint)

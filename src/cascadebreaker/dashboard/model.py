@@ -6,6 +6,7 @@ Endpoints are strings `"service METHOD /route"`, as every sidecar surface writes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "Counts",
     "EdgeStatus",
     "Link",
+    "Rates",
+    "Sidecar",
     "SidecarStatus",
     "Unavailability",
     "Update",
@@ -122,3 +125,42 @@ class SidecarStatus:
     edges: tuple[EdgeStatus, ...] = ()
     unavailable: dict[str, Unavailability] = field(default_factory=dict)
     watch_address: str | None = None  # its gRPC listener, where Watch is served
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """Per-second rates of one breaker between two /status reads."""
+
+    calls: float = 0.0
+    failures: float = 0.0
+    rejected: float = 0.0
+
+    def plus(self, other: Rates) -> Rates:
+        """The sum (replicas of one service)."""
+        return Rates(
+            self.calls + other.calls, self.failures + other.failures, self.rejected + other.rejected
+        )
+
+
+@dataclass
+class Sidecar:
+    """One followed sidecar, as the dashboard knows it now."""
+
+    admin_url: str
+    service: str | None = None
+    reachable: bool | None = None  # None until it was first asked
+    asked: int = 0  # /status requests so far: the dashboard's cost on this sidecar
+    error: str = "not asked yet"
+    status: SidecarStatus | None = None
+    asked_at: float = -math.inf  # monotonic time the last good /status was asked for
+    stream: str = "none"  # none | connecting | open | lost
+    unavailable: dict[str, Unavailability] = field(default_factory=dict)
+    touched: dict[str, float] = field(default_factory=dict)  # endpoint -> stream update time
+    inferred_open: dict[str, float] = field(default_factory=dict)  # upstream -> update time
+    counts: dict[str, tuple[Counts, float]] = field(default_factory=dict)
+    rates: dict[str, Rates] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The service name once known, else the admin URL."""
+        return self.service or self.admin_url

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cascadebreaker.dashboard.fleet import Belief, BreakerView, Fleet
+from cascadebreaker.dashboard.fleet import Fleet
 from cascadebreaker.dashboard.model import WHOLE_SERVICE, Link, is_whole_service, service_of
+from cascadebreaker.dashboard.views import Belief, BreakerView
 
 __all__ = ["TIMELINE_SHOWN", "picture"]
 
