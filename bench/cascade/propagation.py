@@ -31,7 +31,7 @@ HOPS = 4
 RECOVERY = 0.25
 SECRET = "bench-cascade-secret"
 
-_LEAF = """\
+LEAF = """\
     server {{
         listen 127.0.0.1:{port};
         location /fail {{ return 500 "fail"; }}
@@ -63,7 +63,7 @@ class Trips:
 def start_chain(workdir: Path) -> Chain:
     """Start the leaf and s0..s4 (each subscribed to the previous one through config)."""
     port = free_port()
-    leaf = start_nginx("leaf", workdir, _LEAF.format(port=port), port)
+    leaf = start_nginx("leaf", workdir, LEAF.format(port=port), port)
     sidecars: list[Proc] = []
     for k in range(HOPS + 1):
         name = f"s{k}"
@@ -113,7 +113,8 @@ async def _watch(address: str, hop: int, arrivals: dict[int, float], wake: async
             await channel.close(None)
 
 
-async def _get(port: int, path: str) -> int:
+async def get(port: int, path: str) -> int:
+    """One `GET path` on a fresh connection; the response status."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
@@ -149,7 +150,7 @@ async def measure(chain: Chain, trips: int) -> Trips:
                 arrivals.clear()
                 wake.clear()
                 t0 = time.monotonic()
-                request = asyncio.create_task(_get(s0, "/leaf/fail"))
+                request = asyncio.create_task(get(s0, "/leaf/fail"))
                 deadline = t0 + 3.0
                 while len(arrivals) <= HOPS and time.monotonic() < deadline:
                     wake.clear()
@@ -166,7 +167,7 @@ async def measure(chain: Chain, trips: int) -> Trips:
                 await asyncio.sleep(max(t0 + RECOVERY + 0.02 - time.monotonic(), 0.0))
                 end = time.monotonic() + 5.0
                 while time.monotonic() < end:
-                    await _get(s0, "/leaf/ok")  # the probe closes the breaker
+                    await get(s0, "/leaf/ok")  # the probe closes the breaker
                     if await _all_available(client, chain):
                         break
                     await asyncio.sleep(0.02)

@@ -135,9 +135,11 @@ def render(
 
 
 def write_section(doc: Path, section: str) -> None:
-    """Replace `## Cascade` in `doc` (up to the next `## ` heading), or append it."""
+    """Replace the section headed by `section`'s first line (`## Cascade`, ...) in `doc`, up to
+    the next `## ` heading, or append it."""
+    heading = section.splitlines()[0].rstrip()
     lines = doc.read_text().splitlines(keepends=True) if doc.exists() else ["# Benchmarks\n"]
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == heading), None)
     if start is None:
         doc.write_text("".join(lines).rstrip("\n") + "\n\n" + section)
         return

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from bench.cascade.propagation import get
 from bench.dashboard.setup import RECOVERY, Shop
 
 TRIP_DEADLINE = 15.0  # seconds; a trip that never shows is counted as lost
@@ -66,17 +67,6 @@ def breaker_state(picture: dict[str, Any]) -> str | None:
 def status_requests(picture: dict[str, Any]) -> int:
     """The dashboard's /status requests to the sidecar so far."""
     return sum(s["statusRequests"] for svc in picture["services"] for s in svc["sidecars"])
-
-
-async def _get(port: int, path: str) -> int:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
-        status = int((await reader.readline()).split()[1])
-        await reader.read()
-        return status
-    finally:
-        writer.close()
 
 
 class Page:
@@ -126,7 +116,7 @@ async def trips(shop: Shop, dashboard_url: str, count: int, result: ModeResult) 
             # A random phase: a poll-only dashboard would otherwise poll right after each trip.
             await asyncio.sleep(random.uniform(0.0, 1.0))
             t0 = time.monotonic()
-            await _get(outbound, "/leaf/fail")
+            await get(outbound, "/leaf/fail")
             shown = await page.until("OPEN", t0 + TRIP_DEADLINE)
             if shown is None:
                 result.lost += 1
@@ -134,7 +124,7 @@ async def trips(shop: Shop, dashboard_url: str, count: int, result: ModeResult) 
                 result.latencies.append(shown - t0)
             await asyncio.sleep(RECOVERY + 0.05)
             for _ in range(100):  # the probe closes the breaker
-                if await _get(outbound, "/leaf/ok") == 200:
+                if await get(outbound, "/leaf/ok") == 200:
                     break
                 await asyncio.sleep(0.05)
             await page.until("CLOSED", time.monotonic() + TRIP_DEADLINE)

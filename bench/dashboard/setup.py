@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.cascade.propagation import LEAF  # nginx: /fail answers 500, the rest 200
 from bench.sidecar.procs import (
     BenchSetupError,
     Proc,
@@ -20,14 +21,6 @@ from bench.sidecar.procs import (
 
 RECOVERY = 0.25  # the breaker's open period: one trip per second or so
 SECRET = "bench-dashboard-secret"
-
-_LEAF = """\
-    server {{
-        listen 127.0.0.1:{port};
-        location /fail {{ return 500 "fail"; }}
-        location / {{ default_type text/plain; return 200 "ok"; }}
-    }}
-"""
 
 
 @dataclass
@@ -49,7 +42,7 @@ class Shop:
 def start_shop(workdir: Path) -> Shop:
     """Start the leaf and the sidecar (static edge `shop GET /buy -> leaf GET /x`)."""
     port = free_port()
-    leaf = start_nginx("leaf", workdir, _LEAF.format(port=port), port)
+    leaf = start_nginx("leaf", workdir, LEAF.format(port=port), port)
     config = {
         "service": "shop",
         "listen": {
