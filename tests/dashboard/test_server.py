@@ -87,6 +87,8 @@ def test_page_json_and_sse_stream_of_a_running_dashboard(
         script = re.search(r'src="\./(assets/[^"]+\.js)"', page.text)
         assert script and client.get(f"/{script.group(1)}").status_code == 200
         assert client.get("/assets/absent.js").status_code == 404
+        assert client.post("/api/picture", content=b"{").status_code == 405  # and it lives on
+        assert client.get("/api/nothing").status_code == 404
 
         with client.stream("GET", "/api/events") as stream:
             assert stream.headers["content-type"].startswith("text/event-stream")
