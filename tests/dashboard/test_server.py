@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +22,29 @@ from cascadebreaker.dashboard.server import ASSETS
 from .conftest import ShopSidecar
 
 pytestmark = pytest.mark.slow
+
+
+SOURCES = Path(__file__).resolve().parents[2] / "frontend" / "dashboard"
+TOP = ("index.html", "package.json", "package-lock.json", "tsconfig.json", "vite.config.ts")
+
+
+def sources_hash(root: Path) -> str:
+    """What frontend/dashboard/vite.config.ts stamps into the build (same files, same digest)."""
+    files = [*TOP, *(p.relative_to(root).as_posix() for p in (root / "src").rglob("*"))]
+    digest = hashlib.sha256()
+    for name in sorted(f for f in files if (root / f).is_file()):
+        content = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        digest.update(f"{name}\n{content}\n".encode())
+    return digest.hexdigest()
+
+
+def test_the_shipped_page_was_built_from_the_current_sources() -> None:
+    stamp = (ASSETS / "sources.sha256").read_text().strip()
+
+    assert stamp == sources_hash(SOURCES), (
+        "src/cascadebreaker/web/dashboard is older than frontend/dashboard: run `make assets` "
+        "and commit the result"
+    )
 
 
 def test_the_built_page_and_every_asset_it_loads_are_shipped() -> None:
