@@ -56,7 +56,7 @@ def redis_url(text: str) -> str:
 
 def demo_sources() -> Sources:
     """The running `ccb demo` (its state file): every sidecar, every service, the fault switches."""
-    from cascadebreaker.demo.control import DemoNotRunning, read_state
+    from cascadebreaker.demo.control import DemoNotRunning, fault_url, read_state
 
     try:
         state = read_state()
@@ -70,11 +70,7 @@ def demo_sources() -> Sources:
             if spec.admin_url is not None
         },
         services=tuple(topology.services),
-        fault_urls={
-            name: f"{spec.app_url}/_fault"
-            for name, spec in topology.services.items()
-            if spec.external
-        },
+        fault_urls={name: fault_url(topology, name) for name in topology.external},
     )
 
 
