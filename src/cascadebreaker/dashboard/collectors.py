@@ -27,7 +27,15 @@ from cascadebreaker.dashboard.adapter import (
 )
 from cascadebreaker.dashboard.fleet import Fleet
 
-__all__ = ["FaultPoller", "Pacer", "RedisFeed", "SidecarCollector"]
+__all__ = [
+    "SUBSCRIBER",
+    "Backoff",
+    "FaultPoller",
+    "Pacer",
+    "RedisFeed",
+    "SidecarCollector",
+    "fault_text",
+]
 
 log = logging.getLogger("cascadebreaker.dashboard")
 

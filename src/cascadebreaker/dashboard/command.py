@@ -10,6 +10,8 @@ import sys
 from types import FrameType
 from typing import Any
 
+__all__ = ["DEFAULT_PORT", "register", "run_dashboard"]
+
 DEFAULT_PORT = 15080
 
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 __all__ = [
+    "STATES",
     "WHOLE_SERVICE",
     "BreakerStatus",
     "Counts",
@@ -20,6 +21,7 @@ __all__ = [
     "SidecarStatus",
     "Unavailability",
     "Update",
+    "is_whole_service",
     "service_of",
 ]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-__all__ = ["SourceError", "Sources", "admin_url", "demo_sources"]
+__all__ = ["SourceError", "Sources", "admin_url", "demo_sources", "from_arguments", "redis_url"]
 
 
 class SourceError(ValueError):
