@@ -25,7 +25,7 @@ import grpc
 import httpx
 
 from bench.sidecar.procs import Proc, free_port, start_nginx, start_sidecar
-from cascadebreaker.sidecar.grpc_client import watch_updates
+from cascadebreaker.sidecar.grpc.client import watch_updates
 
 HOPS = 4
 RECOVERY = 0.25

@@ -14,8 +14,8 @@ from typing import Any
 
 import grpc
 
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 
 _BODY = b"hello, world\n"
 

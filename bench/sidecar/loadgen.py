@@ -150,8 +150,8 @@ async def grpc_calls(address: str, upstream: str, connections: int, seconds: flo
     """`connections` concurrent callers loop on Sidecar.Call for `seconds` (0.5 s warm-up)."""
     import grpc
 
-    from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-    from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
+    from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+    from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 
     latencies: list[float] = []
     errors = 0

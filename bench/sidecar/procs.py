@@ -292,7 +292,7 @@ IMPORT_PROBES = {
     "python, no imports": "",
     "imports of the sidecar (no gRPC)": "import cascadebreaker.sidecar.server",
     "imports of the sidecar + gRPC API": "import cascadebreaker.sidecar.server, "
-    "cascadebreaker.sidecar.grpc_api",
+    "cascadebreaker.sidecar.grpc.api",
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cascadebreaker.sidecar.grpc_client import SidecarClient
+from cascadebreaker.sidecar.grpc.client import SidecarClient
 
 from .apps import App, Call
 from .conftest import Sidecar, app, get, make_sidecar, start_all, wait_for

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 
 from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, Verdict, sign
-from cascadebreaker.sidecar import propagation
-from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.config import ConfigError, parse_config
-from cascadebreaker.sidecar.grpc_api import WatchSubscription
-from cascadebreaker.sidecar.hooks import Direction, RequestInfo
-from cascadebreaker.sidecar.hop_memo import MemoHopTrust
-from cascadebreaker.sidecar.propagation import WatchHub, peer_host
-from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.mesh import watch as propagation
+from cascadebreaker.sidecar.mesh.config import parse_cascade_config
+from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
+from cascadebreaker.sidecar.mesh.plugin import cascade_node
+from cascadebreaker.sidecar.mesh.watch import WatchHub, peer_host
+from cascadebreaker.sidecar.proxy.hooks import Direction, RequestInfo
+from cascadebreaker.sidecar.proxy.ports import WatchSubscription
+from cascadebreaker.sidecar.server import build_runtime
 
 
 def _config(cascade: dict[str, Any] | None = None) -> Any:
@@ -72,15 +73,15 @@ async def test_no_secret_warns_at_start_up(
 ) -> None:
     monkeypatch.delenv("CCB_SECRET", raising=False)
     with caplog.at_level(logging.WARNING, logger="cascadebreaker.sidecar.cascade"):
-        runtime = SidecarRuntime(_config())
+        runtime = build_runtime(_config())
     runtime.close()
     assert any("unauthenticated" in r.getMessage() for r in caplog.records)
 
 
 async def test_cascade_can_be_switched_off() -> None:
-    runtime = SidecarRuntime(_config({"enabled": False}))
+    runtime = build_runtime(_config({"enabled": False}))
     try:
-        assert runtime.cascade is None
+        assert cascade_node(runtime) is None
         assert not runtime.hooks
         assert "/availability" not in runtime.admin_routes
     finally:
@@ -88,7 +89,7 @@ async def test_cascade_can_be_switched_off() -> None:
 
 
 async def test_availability_route_answers_and_rejects_bad_queries() -> None:
-    runtime = SidecarRuntime(_config({"secret": "s"}))
+    runtime = build_runtime(_config({"secret": "s"}))
     try:
         answer = runtime.admin_routes["/availability"]
         assert answer("endpoint=POST%20/v1/orders")[0] == 200
@@ -192,9 +193,9 @@ async def test_a_propagated_unavailability_reroutes_to_the_alternative() -> None
             "cascade": {"alternatives": {"payment": "backup"}, "secret": "s"},
         }
     )
-    runtime = SidecarRuntime(config)
+    runtime = build_runtime(config)
     try:
-        node = runtime.cascade
+        node = cascade_node(runtime)
         assert node is not None
         hook = runtime.hooks.hooks[0]
 
@@ -277,7 +278,7 @@ async def test_a_dotted_service_name_forwards_without_a_hop_token(
         }
     )
     with caplog.at_level(logging.WARNING, logger="cascadebreaker.sidecar.cascade"):
-        runtime = SidecarRuntime(config)
+        runtime = build_runtime(config)
     try:
         info = RequestInfo(
             Direction.OUTBOUND, "pay.v2", "ledger", "GET", "/x", [], "", runtime.route_resolver

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from cascadebreaker.kube.inject import SIDECAR, InjectOptions, inject, pod_templates
-from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.command import override_listeners
 from cascadebreaker.sidecar.config import ConfigError, parse_config
+from cascadebreaker.sidecar.mesh.config import parse_cascade_config
 from tests.deploy import shop_manifests
 from tests.deploy.render import KUBE, OVERLAYS, ROOT, kustomize
 from tests.kube.k8s_schema import KUBERNETES_VERSIONS, validate_strict

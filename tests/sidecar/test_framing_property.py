@@ -11,12 +11,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cascadebreaker.sidecar.http_server import (
-    ConnectionTracker,
-    Limits,
-    RequestHead,
-    ServerConnection,
-)
+from cascadebreaker.sidecar.http.connection import ServerConnection
+from cascadebreaker.sidecar.http.exchange import RequestHead
+from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
 
 
 class _Transport:

@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from cascadebreaker.sidecar.config import parse_config
-from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
-from cascadebreaker.sidecar.runtime import CallRejected, SidecarRuntime, UnknownUpstream
+from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.server import SidecarServer
 from cascadebreaker.sidecar.upstream import (
     UpstreamClient,

@@ -9,17 +9,14 @@ from typing import Any
 import pytest
 
 from cascadebreaker.sidecar.config import ConfigError, load_config, parse_config
-from cascadebreaker.sidecar.endpoint_hint import endpoint_hint, route_template
-from cascadebreaker.sidecar.http_server import (
-    ConnectionTracker,
-    Limits,
-    RequestHead,
-    ServerConnection,
-)
-from cascadebreaker.sidecar.listeners import split_outbound_target
-from cascadebreaker.sidecar.routes import RetryBudget
+from cascadebreaker.sidecar.http.connection import ServerConnection
+from cascadebreaker.sidecar.http.exchange import RequestHead
+from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
+from cascadebreaker.sidecar.http.wire import drop_connection_tokens, header_kind
+from cascadebreaker.sidecar.proxy.endpoint_hint import endpoint_hint, route_template
+from cascadebreaker.sidecar.proxy.listeners import split_outbound_target
+from cascadebreaker.sidecar.proxy.routes import RetryBudget
 from cascadebreaker.sidecar.upstream import UpstreamConnection, UpstreamPool, UpstreamTarget
-from cascadebreaker.sidecar.wire import drop_connection_tokens, header_kind
 
 MINIMAL: dict[str, Any] = {
     "service": "checkout",

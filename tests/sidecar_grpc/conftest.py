@@ -23,9 +23,10 @@ import pytest
 import yaml
 
 from cascadebreaker.sidecar.config import parse_config
-from cascadebreaker.sidecar.grpc_api import GrpcServer, start_grpc_server
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
-from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.grpc.api import GrpcServer, start_grpc_server
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.server import build_runtime
 
 
 def free_port() -> int:
@@ -123,7 +124,7 @@ def sidecar_config(upstream_url: str, grpc_port: int) -> Any:
 async def grpc_sidecar(upstream_server: str) -> AsyncIterator[GrpcSidecar]:
     """The runtime with its gRPC listener on a free port, and an aio client."""
     config = sidecar_config(upstream_server, free_port())
-    runtime = SidecarRuntime(config)
+    runtime = build_runtime(config)
     server = await start_grpc_server(config, runtime)
     assert server is not None
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")

@@ -10,14 +10,14 @@ import pytest
 
 from cascadebreaker import State
 from cascadebreaker.sidecar.config import HostPort
-from cascadebreaker.sidecar.grpc_api import (
+from cascadebreaker.sidecar.grpc.api import start_grpc_server
+from cascadebreaker.sidecar.grpc.messages import (
+    FOREVER_MS,
     REJECTION_METADATA,
     UPSTREAM_ERROR_METADATA,
-    start_grpc_server,
 )
-from cascadebreaker.sidecar.grpc_messages import FOREVER_MS
-from cascadebreaker.sidecar.hooks import Rejection, RequestInfo
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.proxy.hooks import Rejection, RequestInfo
 
 from .conftest import GrpcSidecar
 

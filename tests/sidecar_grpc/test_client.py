@@ -12,10 +12,11 @@ import pytest
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.updates import AvailabilityUpdate
-from cascadebreaker.sidecar.grpc_api import WatchSubscription, start_grpc_server
-from cascadebreaker.sidecar.grpc_client import CallRefused, SidecarClient, watch_updates
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.grpc.api import start_grpc_server
+from cascadebreaker.sidecar.grpc.client import CallRefused, SidecarClient, watch_updates
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.proxy.ports import WatchSubscription
+from cascadebreaker.sidecar.server import build_runtime
 
 from .conftest import GrpcSidecar, free_port, sidecar_config
 
@@ -63,7 +64,7 @@ async def test_watch_updates_yields_cascade_updates_and_skips_malformed(
         await asyncio.Event().wait()
 
     config = sidecar_config(upstream_server, free_port())
-    runtime = SidecarRuntime(config)
+    runtime = build_runtime(config)
     server = await start_grpc_server(config, runtime, update_source=source)
     assert server is not None
     malformed: list[tuple[Any, Exception]] = []

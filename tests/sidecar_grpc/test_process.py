@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from cascadebreaker.sidecar.grpc_api import REJECTION_METADATA
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
+from cascadebreaker.sidecar.grpc.messages import REJECTION_METADATA
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 
 from .conftest import SidecarProcess
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "src" / "cascadebreaker" / "sidecar" / "proto_gen"
+GENERATED = ROOT / "src" / "cascadebreaker" / "sidecar" / "grpc" / "proto_gen"
 FILES = ("__init__.py", "sidecar_pb2.py", "sidecar_pb2.pyi", "sidecar_pb2_grpc.py")
 
 
@@ -29,7 +29,7 @@ def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
 
 def test_generated_modules_import_as_a_package() -> None:
     """The rewritten relative import works: the stubs module finds the messages."""
-    from cascadebreaker.sidecar.proto_gen import sidecar_pb2, sidecar_pb2_grpc
+    from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2, sidecar_pb2_grpc
 
     request = sidecar_pb2.CallRequest(upstream="payment", path="/v1/charges")
     assert sidecar_pb2.CallRequest.FromString(request.SerializeToString()) == request

@@ -20,18 +20,22 @@ from cascadebreaker.cascade.updates import (
     sign,
     verify_signature,
 )
-from cascadebreaker.sidecar.grpc_api import (
+from cascadebreaker.sidecar.grpc.api import start_grpc_server
+from cascadebreaker.sidecar.grpc.messages import (
     REJECTION_METADATA,
+    update_from_proto,
+    update_to_proto,
+)
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
+from cascadebreaker.sidecar.proxy.ports import (
     AvailabilityView,
     UpdateSource,
     WatchSubscription,
     no_updates,
-    start_grpc_server,
 )
-from cascadebreaker.sidecar.grpc_messages import update_from_proto, update_to_proto
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc
-from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.server import build_runtime
 
 from .conftest import GrpcSidecar, free_port, sidecar_config
 
@@ -58,7 +62,7 @@ async def _serve(
     update_source: UpdateSource = no_updates,
 ) -> tuple[Any, Any, Any, SidecarRuntime]:
     config = sidecar_config(upstream_url, free_port())
-    runtime = SidecarRuntime(config)
+    runtime = build_runtime(config)
     server = await start_grpc_server(
         config, runtime, availability=availability, update_source=update_source
     )

@@ -14,12 +14,14 @@ import httpx
 import pytest
 
 from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, HopTrust, sign
-from cascadebreaker.sidecar import cascade_node, propagation
-from cascadebreaker.sidecar.cascade_node import CascadeNode
 from cascadebreaker.sidecar.config import parse_config
-from cascadebreaker.sidecar.grpc_api import WatchSubscription, start_grpc_server
-from cascadebreaker.sidecar.runtime import SidecarRuntime
-from cascadebreaker.sidecar.server import SidecarServer
+from cascadebreaker.sidecar.grpc.api import start_grpc_server
+from cascadebreaker.sidecar.mesh import node as mesh_node
+from cascadebreaker.sidecar.mesh import watch as propagation
+from cascadebreaker.sidecar.mesh.node import CascadeNode
+from cascadebreaker.sidecar.mesh.plugin import cascade_node
+from cascadebreaker.sidecar.proxy.ports import WatchSubscription
+from cascadebreaker.sidecar.server import SidecarServer, build_runtime
 
 from .conftest import free_port
 
@@ -56,8 +58,8 @@ async def _victim(app_url: str, cascade: dict[str, Any]) -> SidecarServer:
 
 
 def _node(server: SidecarServer) -> CascadeNode:
-    assert server.runtime is not None and server.runtime.cascade is not None
-    return server.runtime.cascade
+    assert server.runtime is not None and cascade_node(server.runtime) is not None
+    return cascade_node(server.runtime)
 
 
 async def _until(predicate: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
@@ -89,7 +91,7 @@ async def test_a_peer_cannot_poison_availability_over_watch(upstream_server: str
     forger_config = parse_config(
         {"service": "payment", "listen": {"inbound": None}, "cascade": {"enabled": False}}
     )
-    forger_runtime = SidecarRuntime(forger_config)
+    forger_runtime = build_runtime(forger_config)
     grpc_port = free_port()
     forger_server = await start_grpc_server(
         parse_config(
@@ -177,7 +179,7 @@ async def test_a_plain_upstream_cannot_make_the_sidecar_subscribe(
 
 
 async def test_subscriptions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cascade_node, "MAX_PEERS_PER_UPSTREAM", 2)
+    monkeypatch.setattr(mesh_node, "MAX_PEERS_PER_UPSTREAM", 2)
     monkeypatch.setattr(propagation, "MAX_SUBSCRIBERS", 1)
     victim = await _victim("http://127.0.0.1:9", {})
     node = _node(victim)

@@ -14,17 +14,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from cascadebreaker.sidecar.http_server import (
-    ConnectionTracker,
-    Exchange,
-    RequestHead,
-    ServerConnection,
-)
-from cascadebreaker.sidecar.proxy import FixedExchange
-from cascadebreaker.sidecar.routes import Route
-from cascadebreaker.sidecar.runtime import SidecarRuntime
-from cascadebreaker.sidecar.stats import LATENCY_BOUNDS
-from cascadebreaker.sidecar.wire import error_response, json_response, simple_response
+from cascadebreaker.sidecar.http.connection import ServerConnection
+from cascadebreaker.sidecar.http.exchange import Exchange, RequestHead
+from cascadebreaker.sidecar.http.limits import ConnectionTracker
+from cascadebreaker.sidecar.http.wire import error_response, json_response, simple_response
+from cascadebreaker.sidecar.proxy.replies import FixedExchange
+from cascadebreaker.sidecar.proxy.routes import Route
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.proxy.stats import LATENCY_BOUNDS
 
 _STATES = ("closed", "open", "half_open")
 _PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"

@@ -8,8 +8,8 @@ import logging
 import sys
 from typing import Any
 
-from cascadebreaker.sidecar.cascade_config import parse_cascade_config
 from cascadebreaker.sidecar.config import ConfigError, SidecarConfig, load_config, parse_config
+from cascadebreaker.sidecar.mesh.config import parse_cascade_config
 
 
 def register(subparsers: Any) -> None:

@@ -1,4 +1,8 @@
-"""The sidecar process: listeners up, SIGTERM handling, draining in-flight requests.
+"""The composition root: the one place that wires the sidecar's parts and plug-ins together.
+
+`build_runtime` makes the runtime and plugs the cascade into it (through the ports: the runtime
+knows no plug-in); `SidecarServer` binds the listeners, handles SIGTERM and drains in-flight
+requests.
 
 File descriptors are budgeted: the soft limit is raised to the hard one at start, client
 connections of the data plane are capped below it (each may hold an upstream connection too),
@@ -11,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import importlib
 import logging
 import resource
 import signal
@@ -19,14 +22,12 @@ from typing import Any
 
 from cascadebreaker.sidecar.admin import AdminHandler
 from cascadebreaker.sidecar.config import HostPort, LimitsConfig, SidecarConfig
-from cascadebreaker.sidecar.http_server import (
-    ConnectionTracker,
-    Limits,
-    RequestHandler,
-    ServerConnection,
-)
-from cascadebreaker.sidecar.listeners import InboundHandler, OutboundHandler
-from cascadebreaker.sidecar.runtime import SidecarRuntime
+from cascadebreaker.sidecar.http.connection import ServerConnection
+from cascadebreaker.sidecar.http.exchange import RequestHandler
+from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
+from cascadebreaker.sidecar.mesh.plugin import install_cascade
+from cascadebreaker.sidecar.proxy.listeners import InboundHandler, OutboundHandler
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
@@ -79,6 +80,21 @@ def _tracker(limits: LimitsConfig, max_connections: int | None) -> ConnectionTra
     )
 
 
+def build_runtime(
+    config: SidecarConfig, store: Any = None, loop: asyncio.AbstractEventLoop | None = None
+) -> SidecarRuntime:
+    """The runtime with its plug-ins wired: the cascade, unless `cascade: {enabled: false}`.
+
+    Build it inside the running event loop."""
+    runtime = SidecarRuntime(config, loop, store)
+    try:
+        install_cascade(runtime)
+    except BaseException:
+        runtime.close()
+        raise
+    return runtime
+
+
 class SidecarServer:
     """Owns the runtime and the listeners of one sidecar."""
 
@@ -98,7 +114,7 @@ class SidecarServer:
     async def start(self) -> None:
         """Build the runtime and bind every configured listener."""
         config = self.config
-        runtime = self.runtime = SidecarRuntime(config, store=self._store)
+        runtime = self.runtime = build_runtime(config, store=self._store)
         limits = Limits(config.limits.max_header_bytes, config.limits.max_header_count)
         listen = config.listen
         handlers: list[tuple[str, HostPort | None, RequestHandler]] = [
@@ -112,7 +128,7 @@ class SidecarServer:
                 tracker = self.admin_tracker if name == "admin" else self.tracker
                 self.servers[name] = await self._listen(address, handler, limits, tracker)
         if listen.transparent is not None:
-            from cascadebreaker.sidecar.transparent import TransparentListener
+            from cascadebreaker.sidecar.proxy.transparent import TransparentListener
 
             self._transparent = TransparentListener(
                 runtime, limits, self.tracker, config.interception
@@ -168,8 +184,8 @@ class SidecarServer:
         The admin listener stays up until the end: `/readyz` answers 503 while draining."""
         if self.runtime is not None:
             self.runtime.ready = False
-            if self.runtime.cascade is not None:
-                self.runtime.cascade.hub.close()  # Watch streams never end on their own
+            for plugin in self.runtime.plugins.values():
+                plugin.drain()  # e.g. Watch streams, which never end on their own
         for name, server in self.servers.items():
             if name != "admin":
                 server.close()
@@ -210,14 +226,10 @@ class SidecarServer:
 
 
 async def _start_grpc(runtime: SidecarRuntime, address: HostPort) -> Any:
-    """Start the gRPC API if its module is built (`grpc_api.start(runtime, address)`)."""
+    """Start the gRPC API (loaded only when its listener is configured)."""
     try:
-        module = importlib.import_module("cascadebreaker.sidecar.grpc_api")
+        from cascadebreaker.sidecar.grpc.api import start
     except ImportError as exc:
         log.warning("gRPC listener disabled: %s", exc)
-        return None
-    start = getattr(module, "start", None)
-    if start is None:
-        log.warning("gRPC listener disabled: grpc_api has no start(runtime, address)")
         return None
     return await start(runtime, address)

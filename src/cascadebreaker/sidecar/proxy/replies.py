@@ -1,13 +1,26 @@
-"""Replies the sidecar makes itself: the open-circuit 503, and exchanges with a ready answer."""
+"""Replies the sidecar makes itself: the open-circuit 503, upstream errors (502/504), and
+exchanges with a ready answer."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cascadebreaker.sidecar.hooks import Rejection
-from cascadebreaker.sidecar.http_server import RequestHead, ServerConnection
+from cascadebreaker.sidecar.http.wire import error_response
+from cascadebreaker.sidecar.proxy.hooks import Rejection
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.http.connection import ServerConnection
+    from cascadebreaker.sidecar.http.exchange import RequestHead
+    from cascadebreaker.sidecar.upstream.model import UpstreamError
+
+__all__ = [
+    "FixedExchange",
+    "ReplyBuilder",
+    "rejection_for_open_circuit",
+    "upstream_error_reply",
+]
 
 ReplyBuilder = Callable[[bool], bytes]
 """Builds a complete response; the argument says whether it must close the connection."""
@@ -33,6 +46,26 @@ def rejection_for_open_circuit(upstream: str, error: Any) -> Rejection:
         status=503,
         retry_after=retry_after,
     )
+
+
+_UPSTREAM_ERRORS = {
+    "timeout": "upstream timeout",
+    "connect": "upstream unreachable",
+    "reset": "upstream connection reset",
+    "protocol": "bad upstream response",
+}
+
+
+def upstream_error_reply(upstream: str, error: UpstreamError) -> ReplyBuilder:
+    """The 502/504 reply for an upstream that failed before its response head."""
+    status = error.status
+    message = _UPSTREAM_ERRORS.get(error.kind, "upstream error")
+    detail = error.detail
+
+    def build(close: bool) -> bytes:
+        return error_response(status, message, close, upstream=upstream, detail=detail)
+
+    return build
 
 
 class FixedExchange:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cascadebreaker.sidecar.hooks import Direction
-from cascadebreaker.sidecar.http_server import Exchange, RequestHead, ServerConnection
-from cascadebreaker.sidecar.proxy import FixedExchange, ProxyExchange
-from cascadebreaker.sidecar.runtime import SidecarRuntime
-from cascadebreaker.sidecar.wire import error_response
+from cascadebreaker.sidecar.http.connection import ServerConnection
+from cascadebreaker.sidecar.http.exchange import Exchange, RequestHead
+from cascadebreaker.sidecar.http.wire import error_response
+from cascadebreaker.sidecar.proxy.exchange import ProxyExchange
+from cascadebreaker.sidecar.proxy.hooks import Direction
+from cascadebreaker.sidecar.proxy.replies import FixedExchange
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
 _HOST_NAMES: dict[bytes, bytes] = {}
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cascadebreaker.sidecar.config import RetryConfig, UpstreamConfig
-from cascadebreaker.sidecar.stats import RouteStats
-from cascadebreaker.sidecar.upstream import UpstreamPool
+from cascadebreaker.sidecar.proxy.stats import RouteStats
+from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
@@ -57,6 +57,7 @@ class Route:
         "retry_statuses",
         "shared_store",
         "stats",
+        "target",
         "timeout",
     )
 
@@ -71,6 +72,7 @@ class Route:
     ) -> None:
         self.name = name
         self.pool = pool
+        self.target = pool.target
         self.breaker = breaker
         self.failure_table = failure_table
         self.timeout = timeout

@@ -1,7 +1,8 @@
 """The sidecar's gRPC API (ccb.v1.Sidecar): `Call`, `Check` and `Watch` on a grpc.aio server.
 
-`Call` goes through `SidecarRuntime.call`, the same hooks (cascade), breaker, timeout and
-keep-alive pool as the outbound HTTP listener; this module only maps requests and errors::
+`Call` goes through `SidecarRuntime.call`: the proxy's one call pipeline, as for the outbound
+HTTP listener (hooks and the cascade, breaker, retries and their budget, stats, keep-alive
+pool); this module only maps requests and errors::
 
     UnknownUpstream      -> NOT_FOUND
     CallRejected         -> UNAVAILABLE + trailing `ccb-rejection-bin` (a serialized Rejection)
@@ -15,7 +16,6 @@ stream stays open and silent until the subscriber cancels it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -27,9 +27,11 @@ import grpc
 from cascadebreaker import State
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.trust import SERVING_ENDPOINT_HEADER
-from cascadebreaker.cascade.updates import AvailabilityUpdate, CauseChain
+from cascadebreaker.cascade.updates import CauseChain
 from cascadebreaker.sidecar.config import HostPort, SidecarConfig
-from cascadebreaker.sidecar.grpc_messages import (
+from cascadebreaker.sidecar.grpc.messages import (
+    REJECTION_METADATA,
+    UPSTREAM_ERROR_METADATA,
     BadArgument,
     cause_chain_to_proto,
     circuit_state,
@@ -40,36 +42,41 @@ from cascadebreaker.sidecar.grpc_messages import (
     validate_call,
     validate_endpoint,
 )
-from cascadebreaker.sidecar.hooks import RouteResolver
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc as pb_grpc
-from cascadebreaker.sidecar.routes import Route
-from cascadebreaker.sidecar.runtime import CallRejected, UnknownUpstream
-from cascadebreaker.sidecar.upstream import UpstreamError, UpstreamResponse, UpstreamTimeout
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc as pb_grpc
+from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
+from cascadebreaker.sidecar.proxy.hooks import RouteResolver
+from cascadebreaker.sidecar.proxy.ports import (
+    AvailabilityView,
+    UpdateSource,
+    WatchSubscription,
+    no_updates,
+)
+from cascadebreaker.sidecar.proxy.routes import Route
+from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse, UpstreamTimeout
 
 __all__ = [
-    "REJECTION_METADATA",
-    "UPSTREAM_ERROR_METADATA",
-    "AvailabilityView",
+    "CallRuntime",
     "GrpcServer",
     "SidecarService",
-    "UpdateSource",
-    "WatchSubscription",
     "start",
     "start_grpc_server",
 ]
 
 log = logging.getLogger("cascadebreaker.sidecar.grpc")
 
-REJECTION_METADATA = "ccb-rejection-bin"
-UPSTREAM_ERROR_METADATA = "ccb-upstream-error"
-
 
 class CallRuntime(Protocol):
     """What the gRPC API needs from the sidecar (`SidecarRuntime` provides it)."""
 
-    routes: Mapping[str, Route]
     route_resolver: RouteResolver
+    availability: AvailabilityView | None
+    update_source: UpdateSource | None
+
+    @property
+    def routes(self) -> Mapping[str, Route]:
+        """The configured upstreams by name."""
+        ...
 
     async def call(
         self,
@@ -80,51 +87,8 @@ class CallRuntime(Protocol):
         body: bytes,
         timeout: float | None,  # noqa: ASYNC109 - per read, as in the HTTP path
     ) -> UpstreamResponse:
-        """One REST call through hooks, breaker and pool."""
+        """One REST call through the pipeline (hooks, breaker, pool, retries)."""
         ...
-
-
-class Unavailable(Protocol):
-    """Why an endpoint is unavailable (the cascade's `Unavailability`)."""
-
-    @property
-    def cause_chain(self) -> CauseChain:
-        """Root first."""
-        ...
-
-    @property
-    def expires_at(self) -> float:
-        """Unix wall seconds."""
-        ...
-
-
-class AvailabilityView(Protocol):
-    """The cascade's view of target endpoints (`AvailabilityTable` fits)."""
-
-    def check(self, endpoint: Endpoint) -> Unavailable | None:
-        """None when `endpoint` is available now."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class WatchSubscription:
-    """One `Watch` call: who subscribes, which endpoints (empty = all), from which version."""
-
-    subscriber_service: str
-    endpoints: tuple[str, ...]
-    since_version: int
-    peer: str
-
-
-UpdateSource = Callable[[WatchSubscription], AsyncIterator[AvailabilityUpdate]]
-"""Yields the updates for one subscriber until it cancels (the cascade implements this)."""
-
-
-async def no_updates(subscription: WatchSubscription) -> AsyncIterator[AvailabilityUpdate]:
-    """The default update source: nothing ever changes; the stream stays open until cancelled."""
-    await asyncio.Event().wait()
-    return
-    yield  # pragma: no cover - makes this an async generator
 
 
 class SidecarService:
@@ -145,14 +109,12 @@ class SidecarService:
     @property
     def availability(self) -> AvailabilityView | None:
         """The cascade's view: given here, else `runtime.availability` when the cascade set it."""
-        view = self._availability or getattr(self.runtime, "availability", None)
-        return view
+        return self._availability or self.runtime.availability
 
     @property
     def update_source(self) -> UpdateSource:
         """Given here, else `runtime.update_source` when the cascade set it, else silence."""
-        source = self._update_source or getattr(self.runtime, "update_source", None)
-        return source or no_updates
+        return self._update_source or self.runtime.update_source or no_updates
 
     async def Call(self, request: Any, context: Any) -> Any:
         """One REST call to an upstream through the sidecar."""

@@ -20,15 +20,17 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from cascadebreaker.sidecar.config import HostPort, InterceptionConfig
-from cascadebreaker.sidecar.connections import ConnectionTracker, Limits
-from cascadebreaker.sidecar.hooks import Direction
-from cascadebreaker.sidecar.http_server import Exchange, RequestHead, ServerConnection
-from cascadebreaker.sidecar.proxy import FixedExchange, ProxyExchange
-from cascadebreaker.sidecar.routes import Route
-from cascadebreaker.sidecar.runtime import SidecarRuntime
-from cascadebreaker.sidecar.wire import error_response
+from cascadebreaker.sidecar.http.connection import ServerConnection
+from cascadebreaker.sidecar.http.exchange import Exchange, RequestHead
+from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
+from cascadebreaker.sidecar.http.wire import error_response
+from cascadebreaker.sidecar.proxy.exchange import ProxyExchange
+from cascadebreaker.sidecar.proxy.hooks import Direction
+from cascadebreaker.sidecar.proxy.replies import FixedExchange
+from cascadebreaker.sidecar.proxy.routes import Route
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
-log = logging.getLogger("cascadebreaker.sidecar.transparent")
+log = logging.getLogger("cascadebreaker.sidecar.proxy.transparent")
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; IP6T_SO_ORIGINAL_DST has the same number
 _RELAY_CHUNK_HIGH = 256 * 1024

@@ -13,10 +13,12 @@ from typing import Any
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.updates import AvailabilityUpdate, Cause, CauseChain
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 
 __all__ = [
     "FOREVER_MS",
+    "REJECTION_METADATA",
+    "UPSTREAM_ERROR_METADATA",
     "BadArgument",
     "cause_chain_to_proto",
     "circuit_state",
@@ -28,6 +30,11 @@ __all__ = [
     "validate_call",
     "validate_endpoint",
 ]
+
+# Trailing metadata of a failed Call: the Rejection of a refused call, the kind of an upstream
+# error (connect, timeout, reset, protocol).
+REJECTION_METADATA = "ccb-rejection-bin"
+UPSTREAM_ERROR_METADATA = "ccb-upstream-error"
 
 # retry_after_ms for a circuit that only an operator can close (forced open).
 FOREVER_MS = 2**64 - 1

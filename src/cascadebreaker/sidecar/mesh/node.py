@@ -27,15 +27,16 @@ from cascadebreaker.cascade import (
     Verdict,
     load_secret,
 )
-from cascadebreaker.sidecar.cascade_config import CascadeConfig, valid_address
-from cascadebreaker.sidecar.connections import RateLimitedLog
-from cascadebreaker.sidecar.hop_memo import MemoHopTrust
-from cascadebreaker.sidecar.propagation import PeerWatchers, WatchHub
+from cascadebreaker.sidecar.logs import RateLimitedLog
+from cascadebreaker.sidecar.mesh.bus import UpdateBus
+from cascadebreaker.sidecar.mesh.config import CascadeConfig, valid_address
+from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
+from cascadebreaker.sidecar.mesh.watch import PeerWatchers, WatchHub
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
-    from cascadebreaker.sidecar.redis_bus import RedisBus
-    from cascadebreaker.sidecar.runtime import SidecarRuntime
+    from cascadebreaker.sidecar.mesh.redis_bus import RedisBus
+    from cascadebreaker.sidecar.proxy.ports import PluginHost
 
 __all__ = ["CascadeNode"]
 
@@ -51,7 +52,7 @@ _untrusted_claims = RateLimitedLog(log, logging.INFO)
 class CascadeNode:
     """The cascade state of one sidecar and the transports that carry its updates."""
 
-    def __init__(self, runtime: SidecarRuntime, config: CascadeConfig) -> None:
+    def __init__(self, runtime: PluginHost, config: CascadeConfig) -> None:
         self.runtime = runtime
         self.config = config
         self.service = runtime.service
@@ -89,6 +90,7 @@ class CascadeNode:
         self.peer_of: dict[str, set[str]] = {}  # upstream -> gRPC addresses of its sidecars
         self.advertise = self._advertised_address()
         self.redis: RedisBus | None = None
+        self.buses: list[UpdateBus] = [self.hub]  # every transport our updates go out on
         self.stats: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
         for edge in config.edges:
@@ -123,7 +125,7 @@ class CascadeNode:
             self.runtime.config.store if self.runtime.config.store != "memory" else None
         )
         if redis_url is not None:
-            from cascadebreaker.sidecar.redis_bus import RedisBus
+            from cascadebreaker.sidecar.mesh.redis_bus import RedisBus
 
             self.redis = RedisBus(
                 redis_url,
@@ -132,6 +134,7 @@ class CascadeNode:
                 lambda: self._count_rejected("malformed"),
             )
             self.redis.start()
+            self.buses.append(self.redis)
         for upstream, address in self.config.peers.items():
             self.peer_seen(upstream, address)
         self._tasks.append(self.loop.create_task(self._housekeeping()))
@@ -141,9 +144,12 @@ class CascadeNode:
         for task in self._tasks:
             task.cancel()
         self.peers.close()
+        for bus in self.buses:
+            bus.close()
+
+    def drain(self) -> None:
+        """The sidecar is shutting down: end our Watch streams (they never end on their own)."""
         self.hub.close()
-        if self.redis is not None:
-            self.redis.close()
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -219,7 +225,7 @@ class CascadeNode:
         names `upstream`'s service and is bound to the hop token we sent)."""
         address, _, token = value.decode("latin-1").strip().partition(" ")
         route = self.runtime.routes.get(upstream)
-        host = route.pool.target.host if route is not None else None
+        host = route.target.host if route is not None else None
         check = self.learner.trust.check(
             token.strip(),
             peer_host=host,
@@ -245,14 +251,13 @@ class CascadeNode:
     # -- outputs ----------------------------------------------------------------------------
 
     def send(self, updates: Iterable[AvailabilityUpdate]) -> None:
-        """Push our updates to subscribed callers and to Redis."""
+        """Push our updates on every bus: subscribed callers' Watch streams, Redis."""
         updates = tuple(updates)
         if not updates:
             return
         self.stats["sent"] += len(updates)
-        self.hub.publish(updates)
-        if self.redis is not None:
-            self.redis.publish(updates)
+        for bus in self.buses:
+            bus.publish(updates)
 
     def refused(self, direction: str) -> None:
         """Count one call refused early."""

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol
 
-from cascadebreaker.sidecar.connections import RateLimitedLog
-from cascadebreaker.sidecar.endpoint_hint import route_template
-from cascadebreaker.sidecar.wire import RawHeaders, json_response
+from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
+from cascadebreaker.sidecar.logs import RateLimitedLog
+from cascadebreaker.sidecar.proxy.endpoint_hint import route_template
 
 log = logging.getLogger("cascadebreaker.sidecar")
 _hook_errors = RateLimitedLog(log, logging.ERROR)  # a hook's bug may fire on every request

@@ -1,49 +1,31 @@
-"""The sidecar's shared state: routes with their pools and breakers, hooks, and the call API."""
+"""The sidecar's shared state: routes with their pools and breakers, hooks, the call pipeline,
+and the plug points (ports.py) the composition root wires plug-ins into."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from cascadebreaker import CircuitBreaker, CircuitOpenError, MemoryStore
-from cascadebreaker.sidecar.cascade_hook import install_cascade
+from cascadebreaker import CircuitBreaker, MemoryStore
 from cascadebreaker.sidecar.config import SidecarConfig, UpstreamConfig
-from cascadebreaker.sidecar.hooks import (
-    Direction,
-    HookChain,
-    Rejection,
-    RequestInfo,
-    RouteResolver,
-    default_route_resolver,
+from cascadebreaker.sidecar.proxy.call import call_upstream
+from cascadebreaker.sidecar.proxy.errors import UnknownUpstream
+from cascadebreaker.sidecar.proxy.hooks import HookChain, RouteResolver, default_route_resolver
+from cascadebreaker.sidecar.proxy.pipeline import CallPipeline
+from cascadebreaker.sidecar.proxy.ports import (
+    AdminRoute,
+    AvailabilityView,
+    Plugin,
+    UpdateSource,
 )
-from cascadebreaker.sidecar.proxy import rejection_for_open_circuit
-from cascadebreaker.sidecar.routes import Route
-from cascadebreaker.sidecar.upstream import (
-    UpstreamClient,
-    UpstreamError,
-    UpstreamPool,
-    UpstreamResponse,
-    UpstreamTarget,
-)
+from cascadebreaker.sidecar.proxy.routes import Route
+from cascadebreaker.sidecar.upstream.client import HeadersArg, UpstreamClient
+from cascadebreaker.sidecar.upstream.model import UpstreamResponse, UpstreamTarget
+from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
-
-class UnknownUpstream(LookupError):
-    """No upstream of that name is configured."""
-
-    def __init__(self, upstream: str) -> None:
-        super().__init__(f"unknown upstream {upstream!r}")
-        self.upstream = upstream
-
-
-class CallRejected(Exception):
-    """The call was refused before reaching the upstream (open circuit or a hook)."""
-
-    def __init__(self, upstream: str, rejection: Rejection) -> None:
-        super().__init__(f"{upstream}: {rejection.body.get('error', 'rejected')}")
-        self.upstream = upstream
-        self.rejection = rejection
+__all__ = ["SidecarRuntime", "build_store"]
 
 
 def build_store(url: str, namespace: str) -> Any:
@@ -64,10 +46,6 @@ def _target(name: str, config: UpstreamConfig) -> UpstreamTarget:
         max_idle=config.max_idle_connections,
         host_header=config.host_header,
     )
-
-
-AdminRoute = Callable[[str], tuple[int, dict[str, Any]]]
-"""An extra admin endpoint: query string -> (status, JSON body)."""
 
 
 class SidecarRuntime:
@@ -111,9 +89,13 @@ class SidecarRuntime:
         # Extra /status sections and Prometheus collectors (the cascade adds its own).
         self.status_sections: dict[str, Callable[[], Any]] = {}
         self.collectors: list[Any] = []
+        # Views the gRPC API reads (Check, Watch) when a plug-in provides them.
+        self.availability: AvailabilityView | None = None
+        self.update_source: UpdateSource | None = None
+        self.plugins: dict[str, Plugin] = {}  # by name, e.g. "cascade"; closed with the runtime
+        self.pipeline = CallPipeline(self)
         self.started_at = time.time()
         self.ready = False
-        self.cascade = install_cascade(self)  # None with `cascade: {enabled: false}`
 
     def breaker(self, upstream: str) -> CircuitBreaker:
         """The breaker of an upstream (UnknownUpstream when not configured)."""
@@ -138,78 +120,18 @@ class SidecarRuntime:
         upstream: str,
         method: str,
         path: str,
-        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+        headers: HeadersArg = (),
         body: bytes = b"",
         timeout: float | None = None,  # noqa: ASYNC109 - per read
     ) -> UpstreamResponse:
-        """One REST call through hooks, breaker and pool, as the outbound listener makes it.
+        """One REST call through the pipeline, as the outbound listener makes it: hooks,
+        breaker, pool, classification, replay, retries within the budget, stats.
 
         Raises UnknownUpstream, CallRejected (open circuit / hook; `.rejection` has the facts) or
         an UpstreamError subclass (connect 502, timeout 504, reset, protocol); a 5xx response is
         returned, not raised (it is recorded as a failure).
         """
-        route = self.routes.get(upstream)
-        if route is None:
-            raise UnknownUpstream(upstream)
-        started = self.loop.time()
-        info: RequestInfo | None = None
-        if self.hooks:
-            raw = [
-                (n.encode("latin-1"), v.encode("latin-1"))
-                for n, v in (headers.items() if isinstance(headers, Mapping) else headers)
-            ]
-            info = RequestInfo(
-                Direction.OUTBOUND,
-                self.service,
-                upstream,
-                method.upper(),
-                path,
-                raw,
-                "grpc",
-                self.route_resolver,
-            )
-            rejection = self.hooks.on_request(info)
-            if rejection is not None:
-                route.stats.count("rejected")
-                raise CallRejected(upstream, rejection)
-            if info.reroute is not None and info.reroute in self.routes:
-                upstream, route = info.reroute, self.routes[info.reroute]
-            # Hooks may have removed headers from `info.headers` and added their own.
-            headers = [
-                (n.decode("latin-1"), v.decode("latin-1"))
-                for n, v in (*info.headers, *info.add_headers)
-            ]
-        assert route.breaker is not None
-        try:
-            permit = await route.breaker.aacquire()  # a shared store may ask Redis
-        except CircuitOpenError as exc:
-            route.stats.count("rejected")
-            raise CallRejected(upstream, rejection_for_open_circuit(upstream, exc)) from None
-        try:
-            response = await self.client.request(upstream, method, path, headers, body, timeout)
-        except UpstreamError as exc:
-            permit.failure(exc)
-            route.stats.count(exc.kind)
-            if info is not None:
-                self.hooks.on_response(info, exc.status, "failure")
-            raise
-        except BaseException:
-            permit.ignore()
-            route.stats.count("cancelled")
-            raise
-        failed = route.is_failure(response.status)
-        if failed:
-            permit.failure(None)
-        else:
-            permit.success()
-        route.stats.count("failure_status" if failed else "success")
-        route.stats.observe(self.loop.time() - started)
-        if info is not None:
-            info.response_headers = [
-                (n.encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
-            ]
-            self.hooks.on_response(info, response.status, "failure" if failed else "success")
-        return response
+        return await call_upstream(self, upstream, method, path, headers, body, timeout)
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
@@ -234,8 +156,8 @@ class SidecarRuntime:
 
     def close(self) -> None:
         """Close every upstream connection."""
-        if self.cascade is not None:
-            self.cascade.close()
+        for plugin in self.plugins.values():
+            plugin.close()
         self.client.close()
         if self.app_route is not None:
             self.app_route.pool.close()

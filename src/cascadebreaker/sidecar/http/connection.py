@@ -17,12 +17,19 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import cast
 
 import httptools
 
-from cascadebreaker.sidecar.connections import ConnectionTracker, Limits, RateLimitedLog
-from cascadebreaker.sidecar.wire import (
+from cascadebreaker.sidecar.http.exchange import Exchange, RequestHandler, RequestHead, TunnelEnd
+from cascadebreaker.sidecar.http.framing import (
+    CHUNKED,
+    FramingError,
+    request_framing,
+    upgrade_requested,
+)
+from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
+from cascadebreaker.sidecar.http.wire import (
     CONNECTION,
     CONTENT_LENGTH,
     END_TO_END,
@@ -36,6 +43,7 @@ from cascadebreaker.sidecar.wire import (
     error_response,
     header_kind,
 )
+from cascadebreaker.sidecar.logs import RateLimitedLog
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
@@ -51,109 +59,11 @@ _BACKPRESSURE = 2  # the upstream is not taking the body (or not connected yet)
 _FINISHED = 4  # the stream cannot go on (bad bytes, stalled body): only replies are left
 _UPGRADING = 8  # a WebSocket handshake waits for the upstream's answer
 
-__all__ = [
-    "ConnectionTracker",
-    "Exchange",
-    "Limits",
-    "RequestHandler",
-    "RequestHead",
-    "ServerConnection",
-    "TunnelEnd",
-]
+__all__ = ["ServerConnection"]
 
 
-class RequestHead:
-    """A parsed request line, its end-to-end headers, and what the framing headers said.
-
-    `headers` excludes Host, Content-Length, Transfer-Encoding, Expect, Connection and the
-    headers it names, and the other hop-by-hop headers: they are re-derived when forwarding.
-    """
-
-    __slots__ = (
-        "chunked",
-        "client",
-        "content_length",
-        "expect_continue",
-        "headers",
-        "host",
-        "http10",
-        "keep_alive",
-        "method",
-        "target",
-        "upgrade",
-    )
-
-    def __init__(self, method: bytes, target: bytes, headers: RawHeaders) -> None:
-        self.method = method
-        self.target = target
-        self.headers = headers
-        self.host = b""
-        self.keep_alive = True
-        self.http10 = False
-        self.chunked = False
-        self.content_length: bytes | None = None
-        self.expect_continue = False
-        self.client = ""
-        # The Upgrade header of a WebSocket handshake (empty otherwise): forwarded, and a 101
-        # answer turns the connection into a tunnel.
-        self.upgrade = b""
-
-    @property
-    def has_body(self) -> bool:
-        """Whether a body follows the head."""
-        return self.chunked or (self.content_length is not None and self.content_length != b"0")
-
-
-class Exchange(Protocol):
-    """One request/response on a server connection."""
-
-    def start(self) -> None:
-        """The exchange is first in line: it may write its response."""
-
-    def request_body(self, data: bytes) -> None:
-        """A piece of the de-chunked request body."""
-
-    def request_end(self) -> None:
-        """The request body is complete."""
-
-    def downstream_writable(self, writable: bool) -> None:
-        """Backpressure from the client: stop (False) or resume (True) writing to it."""
-
-    def connection_lost(self) -> None:
-        """The client went away before the response was complete."""
-
-    def request_failed(self, outcome: str) -> bool:
-        """The request cannot be completed (`outcome`: the client stalled, `client_timeout`, or
-        sent a malformed body, `bad_request`): drop any upstream work without blaming the
-        upstream. True when no byte of the response was written yet (an error reply may
-        follow), False when the connection must be cut."""
-
-
-class TunnelEnd(Protocol):
-    """What a client connection turned tunnel talks to (the upstream's side)."""
-
-    def from_client(self, data: bytes) -> None:
-        """Bytes from the client, for the upstream."""
-
-    def client_writable(self, writable: bool) -> None:
-        """Backpressure from the client."""
-
-    def client_closed(self) -> None:
-        """The client connection is gone."""
-
-
-class RequestHandler(Protocol):
-    """What a listener does with requests."""
-
-    def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
-        """Make the exchange that will answer `request`."""
-
-
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class _BadRequest(FramingError):
+    """A request the connection refuses for its head (size, method, version)."""
 
 
 class _ErrorReply:
@@ -220,8 +130,8 @@ class ServerConnection(asyncio.Protocol):
         self._eof = False
         self._header_count = 0
         self._host = b""
-        self._length: bytes | None = None
-        self._encoding: bytes | None = None
+        self._lengths: list[bytes] | None = None  # every Content-Length value received
+        self._encodings: list[bytes] | None = None  # every Transfer-Encoding value received
         self._expect = False
         self._upgrade: bytes | None = None
         self._connection: list[bytes] = []
@@ -275,7 +185,7 @@ class ServerConnection(asyncio.Protocol):
             self._after_upgrade(data, exc)
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
-            if isinstance(cause, _BadRequest):
+            if isinstance(cause, FramingError):
                 self._reject(cause.status, cause.message)
             elif cause is None:
                 self._reject(400, "bad request")
@@ -340,8 +250,8 @@ class ServerConnection(asyncio.Protocol):
         self._head_started = self.loop.time()
         self._request = None
         self._host = b""
-        self._length = None
-        self._encoding = None
+        self._lengths = None
+        self._encodings = None
         self._expect = False
         self._upgrade = None
         if self._connection:
@@ -352,7 +262,7 @@ class ServerConnection(asyncio.Protocol):
         self._url += url
         self._head_bytes += len(url)
         if self._head_bytes > self._max_head_bytes:
-            raise _BadRequest(431, "request header fields too large")
+            raise _BadRequest("request header fields too large", 431)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header; enforce count and size limits as they come, pick out framing."""
@@ -360,8 +270,8 @@ class ServerConnection(asyncio.Protocol):
         self._header_count += 1
         if self._head_bytes > self._max_head_bytes or self._header_count > self._max_headers:
             if self._header_count > self._max_headers:
-                raise _BadRequest(431, "too many request header fields")
-            raise _BadRequest(431, "request header fields too large")
+                raise _BadRequest("too many request header fields", 431)
+            raise _BadRequest("request header fields too large", 431)
         kind = HEADER_KINDS.get(name)
         if kind is None:
             kind = header_kind(name)
@@ -374,14 +284,15 @@ class ServerConnection(asyncio.Protocol):
 
     def _special_header(self, kind: int, value: bytes) -> None:
         if kind == CONTENT_LENGTH:
-            value = value.strip()
-            if self._length is not None and value != self._length:
-                raise _BadRequest(400, "conflicting content-length headers")
-            self._length = value
+            if self._lengths is None:
+                self._lengths = [value]
+            else:
+                self._lengths.append(value)
         elif kind == TRANSFER_ENCODING:
-            if self._encoding is not None:
-                raise _BadRequest(400, "repeated transfer-encoding header")
-            self._encoding = value.strip().lower()
+            if self._encodings is None:
+                self._encodings = [value]
+            else:
+                self._encodings.append(value)
         elif kind == CONNECTION:
             self._connection.append(value)
         elif kind == EXPECT:
@@ -395,16 +306,26 @@ class ServerConnection(asyncio.Protocol):
         parser = self._parser
         request = RequestHead(parser.get_method(), self._url, self._headers)
         if request.method == b"CONNECT":
-            raise _BadRequest(405, "CONNECT is not supported")
+            raise _BadRequest("CONNECT is not supported", 405)
         version = parser.get_http_version()
         if version != "1.1" and version != "1.0":
-            raise _BadRequest(400, f"unsupported HTTP version {version}")
-        self._framing(request)
+            raise _BadRequest(f"unsupported HTTP version {version}")
+        upgrade = self._upgrade is not None and upgrade_requested(self._connection, self._upgrade)
+        if self._lengths is not None or self._encodings is not None:
+            length = request_framing(self._lengths, self._encodings, upgrade)
+            request.chunked = length == CHUNKED
+            request.content_length = None if request.chunked else length
+        request.host = self._host
+        request.expect_continue = self._expect
+        if self._connection:
+            request.headers = drop_connection_tokens(request.headers, self._connection)
         request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
         request.http10 = version == "1.0"
         request.client = self.client
-        if self._upgrade is not None:
-            self._upgrade_asked(request)
+        if upgrade and not request.http10 and b"websocket" in (self._upgrade or b"").lower():
+            # A WebSocket handshake: its Upgrade header is forwarded, and a 101 answer turns
+            # the connection into a tunnel. Other protocols are not spoken: HTTP/1.1 goes on.
+            request.upgrade = self._upgrade or b""
         self._request = request
         if request.expect_continue and self.transport is not None and not request.http10:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -595,37 +516,6 @@ class ServerConnection(asyncio.Protocol):
             reply.start()
         else:
             self._queue.append(reply)
-
-    def _framing(self, request: RequestHead) -> None:
-        """Apply the framing headers; reject smuggling-prone combinations (400)."""
-        request.host = self._host
-        request.expect_continue = self._expect
-        if self._connection:
-            request.headers = drop_connection_tokens(request.headers, self._connection)
-        length = self._length
-        encoding = self._encoding
-        if encoding is not None:
-            if length is not None:
-                raise _BadRequest(400, "both content-length and transfer-encoding")
-            if encoding != b"chunked":
-                raise _BadRequest(400, "unsupported transfer-encoding")
-            request.chunked = True
-        elif length is not None:
-            if not length.isdigit():
-                raise _BadRequest(400, "invalid content-length")
-            request.content_length = length
-
-    def _upgrade_asked(self, request: RequestHead) -> None:
-        """A request with `Connection: upgrade`: the parser reads no body after its head."""
-        tokens = (t.strip().lower() for value in self._connection for t in value.split(b","))
-        if b"upgrade" not in tokens:
-            return
-        if request.has_body:
-            # The parser would take the body for the upgraded protocol: never let it through.
-            raise _BadRequest(400, "a protocol upgrade request must not have a body")
-        upgrade = self._upgrade or b""
-        if not request.http10 and b"websocket" in upgrade.lower():
-            request.upgrade = upgrade
 
     def _after_upgrade(self, data: bytes, exc: httptools.HttpParserUpgrade) -> None:
         """After an upgrade request: a WebSocket handshake waits for the upstream's answer

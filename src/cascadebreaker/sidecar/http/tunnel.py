@@ -7,13 +7,28 @@ connection is closed after `limits.tunnel_idle_timeout` without a byte either wa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from cascadebreaker.sidecar.http_server import ServerConnection
-    from cascadebreaker.sidecar.upstream_pool import UpstreamConnection
+    from cascadebreaker.sidecar.http.connection import ServerConnection
 
-__all__ = ["Tunnel"]
+__all__ = ["Tunnel", "UpstreamEnd"]
+
+
+class UpstreamEnd(Protocol):
+    """The upstream's side of a tunnel (an upstream connection after its 101)."""
+
+    def write(self, data: bytes) -> None:
+        """Bytes for the upstream."""
+
+    def pause_reading(self) -> None:
+        """Stop reading the upstream."""
+
+    def resume_reading(self) -> None:
+        """Read the upstream again."""
+
+    def close(self) -> None:
+        """Close after what was written."""
 
 
 class Tunnel:
@@ -21,7 +36,7 @@ class Tunnel:
 
     __slots__ = ("client", "upstream")
 
-    def __init__(self, client: ServerConnection, upstream: UpstreamConnection) -> None:
+    def __init__(self, client: ServerConnection, upstream: UpstreamEnd) -> None:
         self.client = client
         self.upstream = upstream
 

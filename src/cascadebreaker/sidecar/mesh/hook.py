@@ -28,15 +28,13 @@ from cascadebreaker.cascade import (
     Unavailability,
 )
 from cascadebreaker.cascade.updates import chain_to_list
-from cascadebreaker.sidecar.cascade_config import parse_cascade_config
-from cascadebreaker.sidecar.hooks import Direction, Rejection, RequestInfo
-from cascadebreaker.sidecar.wire import RawHeaders, json_response
+from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 
 if TYPE_CHECKING:
-    from cascadebreaker.sidecar.cascade_node import CascadeNode
-    from cascadebreaker.sidecar.runtime import SidecarRuntime
+    from cascadebreaker.sidecar.mesh.node import CascadeNode
 
-__all__ = ["CAUSE_HEADER", "SIDECAR_GRPC_HEADER", "CascadeHook", "install_cascade"]
+__all__ = ["CAUSE_HEADER", "SIDECAR_GRPC_HEADER", "CascadeHook", "CascadeRejection"]
 
 log = logging.getLogger("cascadebreaker.sidecar.cascade")
 
@@ -135,7 +133,7 @@ class CascadeHook:
             )
         # The path prefix each upstream's URL adds: the hop token binds the path as forwarded.
         self._base_paths = {
-            name: route.pool.target.base_path.decode("latin-1")
+            name: route.target.base_path.decode("latin-1")
             for name, route in self.runtime.routes.items()
         }
 
@@ -251,27 +249,3 @@ def _optional(get: Any) -> Any:
         return "1" if name == OPTIONAL_HEADER else get(name)
 
     return wrapped
-
-
-def install_cascade(runtime: SidecarRuntime) -> CascadeNode | None:
-    """Build the cascade from `cascade:` in the config and plug it into the runtime."""
-    config = parse_cascade_config(runtime.config.cascade)
-    if not config.enabled:
-        return None
-    from cascadebreaker.sidecar.cascade_admin import CascadeCollector, availability_route
-    from cascadebreaker.sidecar.cascade_node import CascadeNode
-
-    node = CascadeNode(runtime, config)
-    templates = node.templates
-    runtime.route_resolver = lambda service, method, path: (
-        templates.endpoint(service, method, path).template
-    )
-    runtime.hooks.add(CascadeHook(node))
-    runtime.admin_routes["/availability"] = availability_route(node)
-    runtime.status_sections["cascade"] = node.status
-    runtime.collectors.append(CascadeCollector(node))
-    # The gRPC API looks these up on the runtime (Check and Watch).
-    runtime.availability = node.table  # type: ignore[attr-defined]
-    runtime.update_source = node.hub.source  # type: ignore[attr-defined]
-    node.start()
-    return node

@@ -1,6 +1,6 @@
-"""Keep-alive connections to one upstream: the callback-level HTTP/1.1 exchange and its pool.
+"""One keep-alive HTTP/1.1 connection to an upstream: the callback-level exchange.
 
-The proxy's hot path: `UpstreamPool.acquire_nowait()` / `connect()`, then
+The proxy's hot path: `UpstreamPool.acquire_nowait()` / `connect()` (pool.py), then
 `UpstreamConnection.send(...)` with a `ResponseSink` that receives the response as it streams.
 
 The upstream's timeout runs from the moment the request is complete, or the upstream stops
@@ -18,16 +18,12 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import httptools
 
-from cascadebreaker.sidecar.connections import RateLimitedLog
-from cascadebreaker.sidecar.upstream_model import (
-    UpstreamConnectError,
-    UpstreamError,
-    UpstreamProtocolError,
-    UpstreamReset,
-    UpstreamTarget,
-    UpstreamTimeout,
+from cascadebreaker.sidecar.http.framing import (
+    UNTIL_CLOSE,
+    response_body,
+    response_length,
 )
-from cascadebreaker.sidecar.wire import (
+from cascadebreaker.sidecar.http.wire import (
     CONNECTION,
     CONTENT_LENGTH,
     END_TO_END,
@@ -40,9 +36,17 @@ from cascadebreaker.sidecar.wire import (
     drop_connection_tokens,
     header_kind,
 )
+from cascadebreaker.sidecar.logs import RateLimitedLog
+from cascadebreaker.sidecar.upstream.model import (
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamReset,
+    UpstreamTimeout,
+)
 
 if TYPE_CHECKING:
-    from cascadebreaker.sidecar.tunnel import Tunnel
+    from cascadebreaker.sidecar.http.tunnel import Tunnel
+    from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
 log = logging.getLogger("cascadebreaker.sidecar")
 _internal_errors = RateLimitedLog(log, logging.ERROR)  # an upstream may trigger a bug at will
@@ -72,10 +76,6 @@ class ResponseSink(Protocol):
 
     def upstream_writable(self, writable: bool) -> None:
         """Backpressure on the request body: stop (False) or resume (True) sending it."""
-
-
-class _BadResponse(Exception):
-    """Raised from the parser callbacks on a response the proxy must not pass on."""
 
 
 class _HeadResponseDone(Exception):
@@ -142,7 +142,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self._complete()
             else:
                 cause = exc.__context__
-                if cause is not None and not isinstance(cause, _BadResponse | ValueError):
+                if cause is not None and not isinstance(cause, ValueError):
                     _internal_errors(
                         "error while handling a response from %s", self.pool.name, exc_info=cause
                     )
@@ -252,13 +252,9 @@ class UpstreamConnection(asyncio.Protocol):
             return  # interim (100 Continue): the sidecar answered Expect itself
         self._head_seen = True
         self._keep_alive = self._parser.should_keep_alive()
-        length: int | None = None
-        if lengths and not chunked:
-            if len(set(lengths)) > 1 or not lengths[0].strip().isdigit():
-                raise _BadResponse("invalid content-length")
-            length = int(lengths[0])
-        no_body = self._head_request or status == 204 or status == 304
-        self._until_close = not no_body and not chunked and length is None
+        length = response_length(lengths, chunked) if lengths else None
+        body = response_body(status, self._head_request, chunked, length)
+        self._until_close = body == UNTIL_CLOSE
         sink = self._sink
         assert sink is not None
         sink.response_head(status, reason, headers, chunked, length)
@@ -410,110 +406,3 @@ class UpstreamConnection(asyncio.Protocol):
             self.pool.discard(self)
             if self.transport is not None:
                 self.transport.close()
-
-
-class TimeoutWatch:
-    """Checks busy connections for stalls every `resolution` seconds.
-
-    One periodic check per pool instead of a timer armed and cancelled per request (which costs
-    more than the rest of the exchange's bookkeeping); timeouts fire up to `resolution` late.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
-        self.loop = loop
-        self.resolution = resolution
-        self.busy: set[UpstreamConnection] = set()
-        self._handle: asyncio.TimerHandle | None = None
-
-    def add(self, conn: UpstreamConnection) -> None:
-        """Watch a connection that just started an exchange."""
-        self.busy.add(conn)
-        if self._handle is None:
-            self._handle = self.loop.call_later(self.resolution, self._tick)
-
-    def _tick(self) -> None:
-        self._handle = None
-        now = self.loop.time()
-        for conn in list(self.busy):
-            conn.check_timeout(now)
-        if self.busy:
-            self._handle = self.loop.call_later(self.resolution, self._tick)
-
-    def close(self) -> None:
-        """Stop checking."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        self.busy.clear()
-
-
-class UpstreamPool:
-    """Idle keep-alive connections to one upstream (most recently used first)."""
-
-    def __init__(self, target: UpstreamTarget, loop: asyncio.AbstractEventLoop) -> None:
-        self.target = target
-        self.name = target.name
-        self.loop = loop
-        self._idle: list[UpstreamConnection] = []
-        self._all: set[UpstreamConnection] = set()
-        self.watch = TimeoutWatch(loop, max(0.005, min(0.05, target.timeout / 20)))
-
-    @property
-    def idle_count(self) -> int:
-        """Connections waiting for their next exchange."""
-        return len(self._idle)
-
-    @property
-    def open_count(self) -> int:
-        """All open connections, busy or idle."""
-        return len(self._all)
-
-    def acquire_nowait(self) -> UpstreamConnection | None:
-        """An idle connection, or None when a new one must be made with `connect()`."""
-        idle = self._idle
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:
-                return conn
-        return None
-
-    async def connect(self) -> UpstreamConnection:
-        """Open a new connection (raises UpstreamConnectError / UpstreamTimeout)."""
-        target = self.target
-        try:
-            async with asyncio.timeout(target.connect_timeout):
-                _, conn = await self.loop.create_connection(
-                    lambda: UpstreamConnection(self), target.host, target.port
-                )
-        except TimeoutError:
-            raise UpstreamTimeout(
-                self.name, f"connect timed out after {target.connect_timeout:g}s"
-            ) from None
-        except OSError as exc:
-            raise UpstreamConnectError(self.name, exc.strerror or str(exc)) from None
-        self._all.add(conn)
-        return conn
-
-    async def acquire(self) -> UpstreamConnection:
-        """An idle connection, or a new one."""
-        return self.acquire_nowait() or await self.connect()
-
-    def release(self, conn: UpstreamConnection) -> None:
-        """Return a connection whose exchange completed cleanly."""
-        if len(self._idle) < self.target.max_idle:
-            self._idle.append(conn)
-        else:
-            conn.close()
-
-    def discard(self, conn: UpstreamConnection) -> None:
-        """Forget a closed connection."""
-        self._all.discard(conn)
-        with contextlib.suppress(ValueError):
-            self._idle.remove(conn)
-
-    def close(self) -> None:
-        """Close every connection (idle and busy)."""
-        for conn in list(self._all):
-            conn.close()
-        self._idle.clear()
-        self.watch.close()

@@ -22,7 +22,7 @@ from cascadebreaker.cascade import Cause, Endpoint
 from cascadebreaker.cascade.updates import chain_to_list
 
 if TYPE_CHECKING:
-    from cascadebreaker.sidecar.cascade_node import CascadeNode
+    from cascadebreaker.sidecar.mesh.node import CascadeNode
 
 __all__ = ["CascadeCollector", "availability_route"]
 

@@ -1,14 +1,13 @@
-"""Keep-alive connection pools to upstreams and a lean HTTP/1.1 client on top of them.
+"""A lean async HTTP/1.1 client over the keep-alive pools: whole responses, no breaker.
 
 Two ways in:
 
-* `UpstreamClient.request(...)`: a plain async call returning a buffered `UpstreamResponse`
-  (used by the gRPC `Call` API and anything that wants a whole response);
-* `UpstreamPool.acquire_nowait()` / `connect()` + `UpstreamConnection.send(...)` with a
-  `ResponseSink` (`upstream_pool.py`): callback-level streaming used by the proxy's hot path.
+* `UpstreamClient.request(...)`: a plain async call returning a buffered `UpstreamResponse`;
+* `fetch(pool, head, body, ...)`: one exchange on a pooled connection, buffered (the proxy's
+  async driver, behind the gRPC `Call`, uses it and decides replays and retries itself).
 
-Neither applies a circuit breaker: that is `SidecarRuntime.call` / the proxy's job. The error
-tree lives in `upstream_model.py` and is re-exported here.
+The callback-level streaming used by the proxy's HTTP exchange is `UpstreamPool` +
+`UpstreamConnection.send(...)` with a `ResponseSink` (pool.py, connection.py).
 """
 
 from __future__ import annotations
@@ -16,22 +15,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
-from cascadebreaker.sidecar.upstream_model import (
-    UpstreamConnectError,
+from cascadebreaker.sidecar.http.framing import whole_body_framing
+from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
+from cascadebreaker.sidecar.upstream.model import (
     UpstreamError,
-    UpstreamProtocolError,
     UpstreamReset,
     UpstreamResponse,
     UpstreamTarget,
-    UpstreamTimeout,
 )
-from cascadebreaker.sidecar.upstream_pool import (
-    ResponseSink,
-    TimeoutWatch,
-    UpstreamConnection,
-    UpstreamPool,
-)
-from cascadebreaker.sidecar.wire import LAST_CHUNK, RawHeaders, forwardable, request_head
+from cascadebreaker.sidecar.upstream.pool import UpstreamPool
+
+__all__ = ["HeadersArg", "UpstreamClient", "fetch"]
 
 
 class _BufferingSink:
@@ -73,6 +67,25 @@ class _BufferingSink:
 HeadersArg = Mapping[str, str] | Sequence[tuple[str, str]]
 
 
+async def fetch(
+    pool: UpstreamPool, head: bytes, body: bytes, read_timeout: float, head_request: bool = False
+) -> UpstreamResponse:
+    """One exchange on an idle or new connection of `pool`, the whole response buffered.
+
+    `read_timeout` bounds the wait for the head and each read after it. Raises UpstreamError
+    subclasses; no replay (the caller decides). Cancelled, the connection
+    is dropped (its exchange cannot be finished).
+    """
+    conn = pool.acquire_nowait() or await pool.connect()
+    future: asyncio.Future[UpstreamResponse] = pool.loop.create_future()
+    conn.send(head, _BufferingSink(future), read_timeout, head_request, body)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        conn.abort()
+        raise
+
+
 class UpstreamClient:
     """Pools for every configured upstream, and an async request API over them."""
 
@@ -105,53 +118,24 @@ class UpstreamClient:
         items = headers.items() if isinstance(headers, Mapping) else headers
         raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in items]
         method_b = method.upper().encode("ascii")
-        framing = (
-            b"content-length: %d\r\n" % len(body) if body or method_b in _BODY_METHODS else b""
-        )
         head = request_head(
             method_b,
             target.base_path + (path.encode() or b"/"),
             target.authority,
             forwardable(raw, True),
-            framing,
+            whole_body_framing(method_b, len(body)),
         )
         is_head = method_b == b"HEAD"
         wait = timeout if timeout is not None else target.timeout
-        for attempt in (0, 1):
-            conn = pool.acquire_nowait() or await pool.connect()
-            future: asyncio.Future[UpstreamResponse] = self.loop.create_future()
-            conn.send(head, _BufferingSink(future), wait, is_head, body)
-            try:
-                return await future
-            except UpstreamReset as exc:
-                # Stale keep-alive race: replay once on a fresh connection.
-                if attempt or not exc.reused or exc.response_started:
-                    raise
-            except asyncio.CancelledError:
-                conn.abort()
+        try:
+            return await fetch(pool, head, body, wait, is_head)
+        except UpstreamReset as exc:
+            # Stale keep-alive race: replay once on a fresh connection.
+            if not exc.reused or exc.response_started:
                 raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await fetch(pool, head, body, wait, is_head)
 
     def close(self) -> None:
         """Close all pooled connections."""
         for pool in self.pools.values():
             pool.close()
-
-
-_BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
-
-__all__ = [
-    "LAST_CHUNK",
-    "ResponseSink",
-    "TimeoutWatch",
-    "UpstreamClient",
-    "UpstreamConnectError",
-    "UpstreamConnection",
-    "UpstreamError",
-    "UpstreamPool",
-    "UpstreamProtocolError",
-    "UpstreamReset",
-    "UpstreamResponse",
-    "UpstreamTarget",
-    "UpstreamTimeout",
-]

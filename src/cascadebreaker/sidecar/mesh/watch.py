@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from cascadebreaker.cascade import AvailabilityUpdate, Verdict, is_loopback
-from cascadebreaker.sidecar.connections import RateLimitedLog
+from cascadebreaker.sidecar.logs import RateLimitedLog
 
 if TYPE_CHECKING:
-    from cascadebreaker.sidecar.grpc_api import WatchSubscription
+    from cascadebreaker.sidecar.proxy.ports import WatchSubscription
 
 __all__ = ["PeerWatchers", "WatchHub", "peer_host"]
 
@@ -162,7 +162,7 @@ class PeerWatchers:
 
     async def _follow(self, address: str) -> None:
         """Stay subscribed: reconnect with jittered backoff, resume from the last version."""
-        from cascadebreaker.sidecar.grpc_client import watch_updates
+        from cascadebreaker.sidecar.grpc.client import watch_updates
 
         since = 0
         delay = _BACKOFF_FIRST

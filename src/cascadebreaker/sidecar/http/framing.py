@@ -1,0 +1,163 @@
+"""Body framing, decided here and nowhere else (RFC 9112 §6): how long a message body is, and
+which header combinations a proxy must refuse because two parsers could read them differently.
+
+Sans-I/O, like h11's `_body_framing`: functions over header values and flags, no sockets. The
+server connection, the upstream connection, the exchange and the upstream client call them and
+carry the answer out. A body length is an `int` (bytes), `CHUNKED`, `UNTIL_CLOSE`, or `None`
+(no framing header at all: no body for a request).
+
+Refused (400, connection closed), because a front and a back parser could disagree on where
+the next request starts (request smuggling):
+
+- Content-Length together with Transfer-Encoding;
+- Content-Length headers that differ, or one that is not a plain number;
+- Transfer-Encoding repeated, or anything but `chunked`;
+- a protocol upgrade request with a body (the parser hands the body to the new protocol).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CHUNKED",
+    "UNTIL_CLOSE",
+    "FramingError",
+    "client_response_framing",
+    "forward_request_framing",
+    "request_framing",
+    "response_body",
+    "response_length",
+    "upgrade_requested",
+    "whole_body_framing",
+]
+
+CHUNKED = -1  # chunked transfer coding: the body ends with the last chunk
+UNTIL_CLOSE = -2  # (responses only) the body ends when the connection closes
+
+_NO_BODY_STATUSES = frozenset({204, 304})
+_BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+
+
+class FramingError(ValueError):
+    """The framing headers cannot be trusted: answer `status` (a request) and close."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# -- requests, as a server reads them ----------------------------------------------------------
+
+
+def request_framing(
+    lengths: list[bytes] | None, encodings: list[bytes] | None, upgrade: bool = False
+) -> int | None:
+    """The body of a request: its length, CHUNKED, or None (no framing header, no body).
+
+    `lengths` and `encodings` are every Content-Length and Transfer-Encoding value received
+    (None when there was none); `upgrade` says the request asks for a protocol upgrade.
+    """
+    length: int | None
+    if encodings is not None:
+        if len(encodings) > 1:
+            raise FramingError("repeated transfer-encoding header")
+        if lengths is not None:
+            raise FramingError("both content-length and transfer-encoding")
+        if encodings[0].strip().lower() != b"chunked":
+            raise FramingError("unsupported transfer-encoding")
+        length = CHUNKED
+    elif lengths is not None:
+        first = lengths[0].strip()
+        for other in lengths[1:]:
+            if other.strip() != first:
+                raise FramingError("conflicting content-length headers")
+        if not first.isdigit():
+            raise FramingError("invalid content-length")
+        length = int(first)
+    else:
+        return None
+    if upgrade and length != 0:
+        raise FramingError("a protocol upgrade request must not have a body")
+    return length
+
+
+def upgrade_requested(connection: list[bytes], upgrade: bytes | None) -> bool:
+    """Whether a request asks for a protocol upgrade (`Connection: upgrade` + `Upgrade`)."""
+    if upgrade is None:
+        return False
+    return any(t.strip().lower() == b"upgrade" for value in connection for t in value.split(b","))
+
+
+def forward_request_framing(length: int | None) -> bytes:
+    """The framing header line of a request forwarded as it arrives (re-chunked if chunked)."""
+    if length is None:
+        return b""
+    if length == CHUNKED:
+        return b"transfer-encoding: chunked\r\n"
+    return b"content-length: %d\r\n" % length
+
+
+def whole_body_framing(method: bytes, size: int) -> bytes:
+    """The framing header line of a request whose whole body is at hand."""
+    if size or method in _BODY_METHODS:
+        return b"content-length: %d\r\n" % size
+    return b""
+
+
+# -- responses, as the upstream client reads them ---------------------------------------------
+
+
+def response_length(lengths: list[bytes], chunked: bool) -> int | None:
+    """The declared Content-Length of a response (None when chunked or absent).
+
+    Differing or non-numeric values are an invalid response (FramingError). With chunked
+    coding the Content-Length is ignored (RFC 9112 §6.3).
+    """
+    if not lengths or chunked:
+        return None
+    first = lengths[0].strip()
+    if not first.isdigit() or any(other.strip() != first for other in lengths[1:]):
+        raise FramingError("invalid content-length", 502)
+    return int(first)
+
+
+def response_body(status: int, head_request: bool, chunked: bool, length: int | None) -> int:
+    """How the body of a response is delimited: its length (0: none), CHUNKED or UNTIL_CLOSE."""
+    if head_request or status in _NO_BODY_STATUSES or status < 200:
+        return 0
+    if chunked:
+        return CHUNKED
+    if length is None:
+        return UNTIL_CLOSE
+    return length
+
+
+# -- responses, as the proxy relays them to a client ------------------------------------------
+
+
+def client_response_framing(
+    status: int, head_request: bool, length: int | None, http10: bool, keep_alive: bool
+) -> tuple[bytes, bool, bool]:
+    """The framing header lines of a response relayed to a client: (lines, chunked, keep_alive).
+
+    A declared length passes through (also for HEAD, 204 and 304, where it names the would-be
+    body); an undelimited body is chunked for HTTP/1.1 clients and runs until close for
+    HTTP/1.0 ones, whose connection then cannot be kept.
+    """
+    no_body = head_request or status in _NO_BODY_STATUSES
+    chunked = False
+    if length is not None:
+        framing = b"content-length: %d\r\n" % length
+    elif no_body:
+        framing = b""
+    elif not http10:
+        framing = b"transfer-encoding: chunked\r\n"
+        chunked = True
+    else:
+        framing = b""
+        keep_alive = False
+    if not keep_alive:
+        framing += b"connection: close\r\n"
+    elif http10:
+        framing += b"connection: keep-alive\r\n"  # HTTP/1.0 closes unless told otherwise
+    return framing, chunked, keep_alive

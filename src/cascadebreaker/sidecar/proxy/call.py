@@ -1,0 +1,105 @@
+"""The async driver of the call pipeline: one call made from code, the whole response buffered.
+
+`SidecarRuntime.call` (and through it the gRPC `Call`) runs here. The pipeline decides, as for
+the HTTP exchange: hooks and reroute, admission, classification, replay of a stale keep-alive
+connection, retries within the budget, stats; this loop only awaits what it asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from cascadebreaker.sidecar.http.framing import whole_body_framing
+from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
+from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
+from cascadebreaker.sidecar.proxy.hooks import Direction
+from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, AdmitLater, Call
+from cascadebreaker.sidecar.upstream.client import HeadersArg, fetch
+from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+
+__all__ = ["call_upstream"]
+
+CLIENT = "grpc"  # what hooks see as the client of a call made from code
+
+
+async def call_upstream(
+    runtime: SidecarRuntime,
+    upstream: str,
+    method: str,
+    path: str,
+    headers: HeadersArg = (),
+    body: bytes = b"",
+    timeout: float | None = None,  # noqa: ASYNC109 - per read, as in the HTTP path
+) -> UpstreamResponse:
+    """One call through the pipeline (see `SidecarRuntime.call`)."""
+    route = runtime.routes.get(upstream)
+    if route is None:
+        raise UnknownUpstream(upstream)
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in items]
+    method_b = method.upper().encode("ascii")
+    # Hooks see what the HTTP path shows them: end-to-end headers only.
+    call = Call(
+        Direction.OUTBOUND,
+        route,
+        method_b,
+        path.encode(),
+        forwardable(raw, True),
+        CLIENT,
+        bool(body),
+        True,  # the body is held whole: it can be sent again
+    )
+    pipeline = runtime.pipeline
+    verdict = pipeline.start(call)
+    while True:
+        if isinstance(verdict, AdmitLater):
+            verdict = await pipeline.admit_later(call)
+        if verdict is not None:
+            raise CallRejected(call.route.name, verdict)
+        try:
+            response = await _send(call, body, timeout)
+        except UpstreamError as error:
+            action = pipeline.failed(call, error)
+            if action == FAIL:
+                raise
+            verdict = None if action == REPLAY else pipeline.retry(call)
+            continue
+        except BaseException:
+            pipeline.cancelled(call)
+            raise
+        info = call.info
+        seen: RawHeaders = [] if info is None else _raw(response.headers)
+        if pipeline.response(call, response.status, seen):
+            verdict = pipeline.retry(call)
+            continue
+        if info is not None:  # hooks may have removed or added response headers
+            response.headers = [
+                (n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in info.response_headers
+            ]
+        pipeline.finish(call)
+        return response
+
+
+async def _send(call: Call, body: bytes, read_timeout: float | None) -> UpstreamResponse:
+    route = call.route
+    target = route.target
+    headers = call.headers
+    if call.info is not None and call.info.add_headers:
+        headers = [*headers, *call.info.add_headers]
+    head = request_head(
+        call.method,
+        target.base_path + (call.path or b"/"),
+        target.authority,
+        headers,
+        whole_body_framing(call.method, len(body)),
+    )
+    wait = read_timeout if read_timeout is not None else route.timeout
+    return await fetch(route.pool, head, body, wait, call.method == b"HEAD")
+
+
+def _raw(headers: list[tuple[str, str]]) -> RawHeaders:
+    return [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]

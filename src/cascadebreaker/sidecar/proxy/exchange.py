@@ -1,0 +1,363 @@
+"""The HTTP driver of the call pipeline: stream one request to an upstream and its response back.
+
+Callback-driven (no task per request): the server connection feeds the request in, the
+upstream connection feeds the response back, backpressure is passed across both ways. Every
+decision (hooks, admission, classification, replay, retry, stats) is the pipeline's; this
+module carries them out on the two connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from cascadebreaker.sidecar.http.framing import (
+    CHUNKED,
+    client_response_framing,
+    forward_request_framing,
+)
+from cascadebreaker.sidecar.http.tunnel import Tunnel
+from cascadebreaker.sidecar.http.wire import (
+    LAST_CHUNK,
+    RawHeaders,
+    chunk,
+    error_response,
+    request_head,
+    response_head,
+)
+from cascadebreaker.sidecar.logs import RateLimitedLog
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection
+from cascadebreaker.sidecar.proxy.pipeline import REPLAY, RETRY, AdmitLater, Call
+from cascadebreaker.sidecar.proxy.replies import FixedExchange, upstream_error_reply
+from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
+from cascadebreaker.sidecar.upstream.model import UpstreamError
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.http.connection import ServerConnection
+    from cascadebreaker.sidecar.http.exchange import RequestHead
+    from cascadebreaker.sidecar.proxy.routes import Route
+    from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+
+log = logging.getLogger("cascadebreaker.sidecar")
+_admission_errors = RateLimitedLog(log, logging.ERROR)
+
+# Request body held while the upstream is being connected; past it the client is paused.
+_PENDING_LIMIT = 262144
+_BACKPRESSURE = 2  # ServerConnection's pause reason for an upstream not taking the body
+
+__all__ = ["ProxyExchange"]
+
+
+class ProxyExchange(FixedExchange):
+    """Forwards one request to a route's upstream and streams the response back."""
+
+    __slots__ = (
+        "_head",
+        "_out",
+        "_pending",
+        "_pending_size",
+        "call",
+        "chunked_out",
+        "head_sent",
+        "keep_alive",
+        "pipeline",
+        "runtime",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        runtime: SidecarRuntime,
+        conn: ServerConnection,
+        request: RequestHead,
+        route: Route,
+        path: bytes,
+        direction: Direction,
+    ) -> None:
+        super().__init__(conn, request)
+        self.runtime = runtime
+        self.pipeline = runtime.pipeline
+        self.call = Call(
+            direction,
+            route,
+            request.method,
+            path,
+            request.headers,
+            request.client,
+            request.has_body,
+            not request.has_body,  # a streamed body is not kept: it cannot be sent again
+        )
+        self.upstream: UpstreamConnection | None = None
+        self.head_sent = False
+        self.chunked_out = False
+        self.keep_alive = request.keep_alive
+        self._head = b""
+        self._out = b""
+        self._pending: list[bytes] | None = []
+        self._pending_size = 0
+
+    # -- Exchange ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Ask the pipeline (hooks, breaker), then connect to the upstream."""
+        verdict = self.pipeline.start(self.call)
+        if verdict is None and self.request.has_body:
+            # A body follows, usually in the bytes already read: dispatch after the parser
+            # has fed them, so the head and the body leave in one write (one syscall).
+            self.pipeline.loop.call_soon(self._dispatch_if_live)
+        else:
+            self._proceed(verdict)
+
+    def _dispatch_if_live(self) -> None:
+        if not self.finished and self.upstream is None:
+            self._dispatch()
+
+    def request_body(self, data: bytes) -> None:
+        """Stream to the upstream (or hold until it is connected)."""
+        if self.finished:
+            return
+        pieces = chunk(data) if self.request.chunked else [data]
+        self._forward(pieces)
+
+    def request_end(self) -> None:
+        """Terminate a chunked request body."""
+        self.request_done = True
+        if self.finished:
+            super().request_end()
+            return
+        if self.request.chunked:
+            self._forward([LAST_CHUNK])
+        if self._pending is None and self.upstream is not None:
+            self.upstream.end_request()
+
+    def downstream_writable(self, writable: bool) -> None:
+        """Pause the upstream while the client is slow."""
+        if self.upstream is not None:
+            if writable:
+                self.upstream.resume_reading()
+            else:
+                self.upstream.pause_reading()
+
+    def connection_lost(self) -> None:
+        """The client left: drop the upstream exchange, release a probe slot."""
+        super().connection_lost()
+        self._abort_upstream()
+        self.pipeline.cancelled(self.call)
+
+    def request_failed(self, outcome: str) -> bool:
+        """The client stalled or sent a bad body: drop the upstream exchange; its breaker hears
+        nothing (the permit is given back unrecorded)."""
+        if self.finished:
+            return super().request_failed(outcome)
+        self.finished = True
+        written = self.head_sent and not self._out
+        self._abort_upstream()
+        self.pipeline.client_failed(self.call, outcome)
+        return not written
+
+    # -- ResponseSink -----------------------------------------------------------------------
+    def response_head(
+        self,
+        status: int,
+        reason: bytes,
+        headers: RawHeaders,
+        chunked: bool,
+        content_length: int | None,
+    ) -> None:
+        """Record the outcome and write the response head."""
+        if status == 101:
+            self._tunnel(reason, headers)
+            return
+        if self.pipeline.response(self.call, status, headers):
+            self._abort_upstream()
+            self._proceed(self.pipeline.retry(self.call))
+            return
+        request = self.request
+        framing, self.chunked_out, self.keep_alive = client_response_framing(
+            status,
+            request.method == b"HEAD",
+            content_length,
+            request.http10,
+            self.keep_alive and not self.conn.tracker.draining,
+        )
+        headers.append((b"via", self.runtime.via))
+        # The head waits for the first body piece: one write (one syscall, one segment) for both.
+        self._out = response_head(status, reason, headers, framing)
+        self.head_sent = True
+
+    def response_body(self, data: bytes) -> None:
+        """Stream a piece of the body to the client."""
+        if self.chunked_out:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        if self._out:
+            data = self._out + data
+            self._out = b""
+            if not self.conn.writable and self.upstream is not None:
+                self.upstream.pause_reading()
+        self.conn.write(data)
+
+    def response_end(self) -> None:
+        """Finish the response; the upstream connection is already back in its pool."""
+        self.upstream = None
+        if self.finished:
+            return
+        if self.chunked_out:
+            self.conn.write(self._out + LAST_CHUNK)
+        elif self._out:
+            self.conn.write(self._out)
+        self._out = b""
+        self.finished = True
+        self.pipeline.finish(self.call)
+        self.conn.response_done(self, self.keep_alive and self.request_done)
+
+    def response_failed(self, error: UpstreamError) -> None:
+        """Replay, retry, answer 502/504, or cut a response already under way."""
+        self.upstream = None
+        if self.finished:
+            return
+        if self.head_sent:
+            if not self._out:  # the client has part of the response: cut it short
+                self.pipeline.truncated(self.call)
+                self.finished = True
+                self.conn.abort()
+                return
+            self._out = b""  # nothing reached the client yet: an error reply is still possible
+            self.head_sent = self.chunked_out = False
+        action = self.pipeline.failed(self.call, error)
+        if action == REPLAY:
+            self._connect_new()
+        elif action == RETRY:
+            self._proceed(self.pipeline.retry(self.call))
+        else:
+            self.reply(upstream_error_reply(self.call.route.name, error))
+
+    def upstream_writable(self, writable: bool) -> None:
+        """Stop reading the client's body while the upstream is not taking it."""
+        if writable:
+            self.conn.resume_reading(_BACKPRESSURE)
+        else:
+            self.conn.pause_reading(_BACKPRESSURE)
+
+    # -- internals --------------------------------------------------------------------------
+    def _proceed(self, verdict: Rejection | AdmitLater | None) -> None:
+        """Carry out an admission verdict: send, answer the rejection, or wait for it."""
+        if verdict is None:
+            self._dispatch()
+        elif isinstance(verdict, AdmitLater):
+            task = self.pipeline.loop.create_task(self.pipeline.admit_later(self.call))
+            task.add_done_callback(self._admitted)
+        else:
+            self.reply(verdict.to_bytes)
+
+    def _admitted(self, task: asyncio.Task[Rejection | None]) -> None:
+        if task.cancelled() or self.finished:  # the client left meanwhile
+            return
+        error = task.exception()
+        if error is not None:
+            _admission_errors(
+                "breaker admission failed for %s", self.call.route.name, exc_info=error
+            )
+            self.reply(lambda close: error_response(500, "internal error", close))
+            return
+        self._proceed(task.result())
+
+    def _tunnel(self, reason: bytes, headers: RawHeaders) -> None:
+        """The upstream accepted the WebSocket handshake: answer 101, then join the two."""
+        upstream = self.upstream
+        assert upstream is not None
+        self.pipeline.upgraded(self.call, headers)
+        headers.append((b"via", self.runtime.via))
+        self.conn.write(response_head(101, reason, headers, b"connection: upgrade\r\n"))
+        self.finished = True
+        self.upstream = None
+        tunnel = Tunnel(self.conn, upstream)
+        upstream.start_tunnel(tunnel)
+        self.conn.start_tunnel(tunnel)
+
+    def _abort_upstream(self) -> None:
+        if self.upstream is not None:
+            self.upstream.abort()
+            self.upstream = None
+
+    def _dispatch(self) -> None:
+        conn = self.call.route.pool.acquire_nowait()
+        if conn is None:
+            self._connect_new()
+        else:
+            self._send(conn)
+
+    def _connect_new(self) -> None:
+        pool = self.call.route.pool
+        task = pool.loop.create_task(pool.connect())
+        task.add_done_callback(self._connected)
+
+    def _connected(self, task: asyncio.Task[UpstreamConnection]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            conn = task.result()
+            if self.finished:
+                self.call.route.pool.release(conn)  # the client left meanwhile; keep it
+            else:
+                self._send(conn)
+        elif isinstance(error, UpstreamError):
+            self.response_failed(error)
+        else:
+            self.response_failed(UpstreamError(self.call.route.name, str(error)))
+
+    def _send(self, upstream: UpstreamConnection) -> None:
+        if not self._head:
+            self._head = self._build_head()
+        self.upstream = upstream
+        pending = self._pending
+        body = b""
+        if pending:
+            body = b"".join(pending)
+            if self._pending_size > _PENDING_LIMIT:
+                self.conn.resume_reading(_BACKPRESSURE)
+        self._pending = None
+        request = self.request
+        upstream.send(
+            self._head,
+            self,
+            self.call.route.timeout,
+            request.method == b"HEAD",
+            body,
+            self.request_done,
+            bool(request.upgrade),
+        )
+
+    def _forward(self, pieces: list[bytes]) -> None:
+        if self._pending is None:
+            if self.upstream is not None:
+                self.upstream.writelines(pieces)
+            return
+        self._pending += pieces
+        self._pending_size += sum(len(p) for p in pieces)
+        if self._pending_size > _PENDING_LIMIT:
+            self.conn.pause_reading(_BACKPRESSURE)
+
+    def _build_head(self) -> bytes:
+        request = self.request
+        call = self.call
+        target = call.route.target
+        headers = [*request.headers, (b"via", self.runtime.via)]
+        host = target.authority
+        if call.direction is Direction.INBOUND:
+            # Transparent towards the app: the caller's Host is kept.
+            host = request.host or host
+            if request.client:
+                headers.append((b"x-forwarded-for", request.client.encode()))
+        if call.info is not None and call.info.add_headers:
+            headers += call.info.add_headers
+        if request.upgrade:  # a WebSocket handshake: hop-by-hop, so re-added for this hop
+            headers += ((b"connection", b"upgrade"), (b"upgrade", request.upgrade))
+        length = CHUNKED if request.chunked else request.content_length
+        return request_head(
+            request.method,
+            target.base_path + call.path,
+            host,
+            headers,
+            forward_request_framing(length),
+        )

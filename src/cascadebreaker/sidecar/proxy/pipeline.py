@@ -1,0 +1,290 @@
+"""The one call pipeline: every decision about a call through the sidecar, for both drivers.
+
+A driver tells the pipeline what happened and carries out what it answers (like tenacity's
+`iter()` and its sync and async loops). The HTTP exchange (exchange.py) does so callback by
+callback; the async driver behind the gRPC `Call` (call.py) in a loop. So both behave alike:
+
+    start(call)                -> None: admitted, send it | Rejection: answer it | ADMIT_LATER
+    admit_later(call)          (awaitable) -> None | Rejection
+    response(call, status, h)  -> False: deliver it | True: retry (call retry())
+    upgraded(call, headers)       a WebSocket handshake was accepted (a success)
+    failed(call, error)        -> REPLAY (same permit, fresh connection) | RETRY | FAIL
+    retry(call)                -> as start(), after the hooks
+    finish(call)                  the response is complete
+    truncated(call)               the upstream failed after part of the response went out
+    cancelled(call)               the client left; client_failed(call, outcome): its own fault
+
+The pipeline runs the hooks (which may refuse or reroute), takes the breaker's permit, counts
+a retry budget, classifies responses, records outcomes, and keeps the route's stats, including
+the latency of calls that end in an error. It does no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Final
+
+from cascadebreaker import CircuitOpenError, State
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.replies import rejection_for_open_circuit
+from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
+
+if TYPE_CHECKING:
+    from cascadebreaker import Permit
+    from cascadebreaker.sidecar.http.wire import RawHeaders
+    from cascadebreaker.sidecar.proxy.routes import Route
+    from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+
+__all__ = ["ADMIT_LATER", "FAIL", "REPLAY", "RETRY", "AdmitLater", "Call", "CallPipeline"]
+
+log = logging.getLogger("cascadebreaker.sidecar")
+
+
+class AdmitLater:
+    """The admission must be awaited (`CallPipeline.admit_later`)."""
+
+    def __repr__(self) -> str:
+        return "ADMIT_LATER"
+
+
+ADMIT_LATER: Final = AdmitLater()
+
+# What to do after an upstream error.
+REPLAY: Final = 1  # a stale keep-alive connection: resend on a fresh one, unrecorded
+RETRY: Final = 2  # recorded as a failure; admit again (`retry`) and send again
+FAIL: Final = 3  # recorded; answer the error
+
+# Methods a retry cannot make act twice (RFC 9110 §9.2.2).
+IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+_MAX_REPLAYS = 2
+
+
+class Call:
+    """One call as the pipeline sees it: where it goes, its permit, its attempts."""
+
+    __slots__ = (
+        "attempt",
+        "client",
+        "closed",
+        "direction",
+        "has_body",
+        "headers",
+        "info",
+        "method",
+        "path",
+        "permit",
+        "resendable",
+        "route",
+        "started_at",
+    )
+
+    def __init__(
+        self,
+        direction: Direction,
+        route: Route,
+        method: bytes,
+        path: bytes,
+        headers: RawHeaders,
+        client: str,
+        has_body: bool,
+        resendable: bool,
+    ) -> None:
+        self.direction = direction
+        self.route = route  # the upstream; a hook may reroute it to an alternative
+        self.method = method
+        self.path = path  # as sent to the upstream, below its base path
+        self.headers = headers  # end-to-end request headers; hooks may edit them
+        self.client = client
+        self.has_body = has_body
+        # The driver can send the request again (no body, or a body it holds whole).
+        self.resendable = resendable
+        self.info: RequestInfo | None = None  # built only when hooks are registered
+        self.permit: Permit | None = None
+        self.attempt = 0
+        self.started_at = 0.0
+        self.closed = False  # answered, refused or abandoned: nothing more to record
+
+
+class CallPipeline:
+    """Decides every step of every call of one runtime."""
+
+    def __init__(self, runtime: SidecarRuntime) -> None:
+        self.runtime = runtime
+        self.hooks = runtime.hooks
+        self.loop = runtime.loop
+
+    # -- admission --------------------------------------------------------------------------
+    def start(self, call: Call) -> Rejection | AdmitLater | None:
+        """Hooks (they may refuse or reroute), the retry budget's deposit, the breaker."""
+        call.started_at = self.loop.time()
+        hooks = self.hooks
+        if hooks:
+            runtime = self.runtime
+            info = call.info = RequestInfo(
+                call.direction,
+                runtime.service,
+                call.route.name,
+                call.method.decode(),
+                call.path.decode("latin-1"),
+                call.headers,
+                call.client,
+                runtime.route_resolver,
+            )
+            rejection = hooks.on_request(info)
+            if rejection is not None:
+                return self.refuse(call, rejection)
+            reroute = info.reroute
+            if reroute is not None and reroute in runtime.routes:
+                call.route = runtime.routes[reroute]  # the primary's alternative
+        if call.route.retry_attempts:
+            call.route.budget.deposit()
+        return self._admit(call)
+
+    def retry(self, call: Call) -> Rejection | AdmitLater | None:
+        """Another attempt after a failure: the breaker is asked again."""
+        call.attempt += 1
+        return self._admit(call)
+
+    def _admit(self, call: Call) -> Rejection | AdmitLater | None:
+        route = call.route
+        breaker = route.breaker
+        if breaker is None:
+            return None
+        if route.shared_store and breaker.state is not State.CLOSED:
+            return ADMIT_LATER  # off the closed path a shared store may ask Redis
+        try:
+            call.permit = breaker.acquire()
+        except CircuitOpenError as exc:
+            return self.refuse(call, rejection_for_open_circuit(route.name, exc))
+        return None
+
+    async def admit_later(self, call: Call) -> Rejection | None:
+        """The admission that may wait for a shared store (never blocking the event loop).
+
+        A call abandoned meanwhile gets nothing: its permit is given back unrecorded."""
+        breaker = call.route.breaker
+        assert breaker is not None
+        try:
+            permit = await breaker.aacquire()
+        except CircuitOpenError as exc:
+            if call.closed:
+                return None
+            return self.refuse(call, rejection_for_open_circuit(call.route.name, exc))
+        if call.closed:
+            permit.ignore()
+            return None
+        call.permit = permit
+        return None
+
+    def refuse(self, call: Call, rejection: Rejection) -> Rejection:
+        """The call is answered with `rejection` (an open circuit, a hook's refusal)."""
+        call.closed = True
+        call.route.stats.count("rejected")
+        if call.info is not None:
+            self.hooks.on_response(call.info, rejection.status, "rejected")
+        return rejection
+
+    # -- outcomes ---------------------------------------------------------------------------
+    def response(self, call: Call, status: int, headers: RawHeaders) -> bool:
+        """A response head arrived: classify and record it; True when it should be retried.
+
+        Hooks hear the outcome and may edit `headers` (the end-to-end response headers)."""
+        route = call.route
+        failed = route.is_failure(status)
+        if failed and status in route.retry_statuses and self._may_retry(call):
+            self._record(call, False, None, "failure_status")
+            return True
+        self._record(call, not failed, None, "failure_status" if failed else "success")
+        info = call.info
+        if info is not None:
+            info.response_headers = headers
+            self.hooks.on_response(info, status, "failure" if failed else "success")
+        return False
+
+    def upgraded(self, call: Call, headers: RawHeaders) -> None:
+        """The upstream accepted a WebSocket handshake (101): a success."""
+        self._record(call, True, None, "success")
+        call.closed = True
+        info = call.info
+        if info is not None:
+            info.response_headers = headers
+            self.hooks.on_response(info, 101, "success")
+
+    def failed(self, call: Call, error: UpstreamError) -> int:
+        """The upstream failed before a complete response: REPLAY, RETRY or FAIL."""
+        if (
+            isinstance(error, UpstreamReset)
+            and error.reused
+            and not error.response_started
+            and call.resendable
+            and call.attempt < _MAX_REPLAYS
+        ):
+            # A keep-alive connection the upstream had closed: not the upstream's failure.
+            call.attempt += 1
+            return REPLAY
+        self._record(call, False, error, error.kind)
+        if self._may_retry(call):
+            return RETRY
+        call.closed = True
+        if call.info is not None:
+            self.hooks.on_response(call.info, error.status, "failure")
+        self._observe(call)
+        return FAIL
+
+    def finish(self, call: Call) -> None:
+        """The whole response reached the client."""
+        call.closed = True
+        self._observe(call)
+
+    def truncated(self, call: Call) -> None:
+        """The upstream failed after part of the response reached the client (it is cut):
+        counted as `reset`; the outcome recorded at the head stands."""
+        call.closed = True
+        call.route.stats.count("reset")
+
+    def cancelled(self, call: Call) -> None:
+        """The client left before its response was complete: give the permit back."""
+        call.closed = True
+        if self._drop_permit(call):
+            call.route.stats.count("cancelled")
+
+    def client_failed(self, call: Call, outcome: str) -> None:
+        """The client stalled (`client_timeout`) or sent a malformed body (`bad_request`):
+        the breaker hears nothing (the permit is given back unrecorded)."""
+        call.closed = True
+        self._drop_permit(call)
+        call.route.stats.count(outcome)
+
+    # -- internals --------------------------------------------------------------------------
+    def _may_retry(self, call: Call) -> bool:
+        """Retries are for idempotent requests without a body, within the retry budget.
+
+        The drivers ask only before any response byte reached the client."""
+        route = call.route
+        return (
+            call.attempt < route.retry_attempts
+            and not call.has_body
+            and call.method in IDEMPOTENT  # a retried POST could act twice
+            and route.budget.withdraw()
+        )
+
+    def _record(self, call: Call, success: bool, error: Exception | None, outcome: str) -> None:
+        call.route.stats.count(outcome)
+        permit = call.permit
+        if permit is not None:
+            call.permit = None
+            if success:
+                permit.success()
+            else:
+                permit.failure(error)
+
+    def _drop_permit(self, call: Call) -> bool:
+        permit = call.permit
+        if permit is None:
+            return False
+        call.permit = None
+        permit.ignore()
+        return True
+
+    def _observe(self, call: Call) -> None:
+        call.route.stats.observe(self.loop.time() - call.started_at)

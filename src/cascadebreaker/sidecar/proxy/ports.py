@@ -1,0 +1,125 @@
+"""The plug points the sidecar offers, as Protocols: what a plug-in (the cascade) sees of it,
+and the views the gRPC API reads when one is plugged in.
+
+A plug-in gets a `PluginHost` (the runtime) and uses only what is named here and in hooks.py;
+it never imports the proxy's machinery. The composition root (`sidecar/server.py`) wires it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cascadebreaker.sidecar.proxy.hooks import HookChain, RouteResolver
+
+if TYPE_CHECKING:
+    from cascadebreaker import CircuitBreaker
+    from cascadebreaker.cascade.endpoints import Endpoint
+    from cascadebreaker.cascade.updates import AvailabilityUpdate, CauseChain
+    from cascadebreaker.sidecar.config import SidecarConfig
+    from cascadebreaker.sidecar.upstream.model import UpstreamTarget
+
+__all__ = [
+    "AdminRoute",
+    "AvailabilityView",
+    "Plugin",
+    "PluginHost",
+    "RoutePort",
+    "Unavailable",
+    "UpdateSource",
+    "WatchSubscription",
+    "no_updates",
+]
+
+AdminRoute = Callable[[str], tuple[int, dict[str, Any]]]
+"""An extra admin endpoint: query string -> (status, JSON body)."""
+
+
+class Unavailable(Protocol):
+    """Why an endpoint is unavailable (the cascade's `Unavailability`)."""
+
+    @property
+    def cause_chain(self) -> CauseChain:
+        """Root first."""
+        ...
+
+    @property
+    def expires_at(self) -> float:
+        """Unix wall seconds."""
+        ...
+
+
+class AvailabilityView(Protocol):
+    """The cascade's view of target endpoints (`AvailabilityTable` fits)."""
+
+    def check(self, endpoint: Endpoint) -> Unavailable | None:
+        """None when `endpoint` is available now."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSubscription:
+    """One `Watch` call: who subscribes, which endpoints (empty = all), from which version."""
+
+    subscriber_service: str
+    endpoints: tuple[str, ...]
+    since_version: int
+    peer: str
+
+
+UpdateSource = Callable[[WatchSubscription], AsyncIterator["AvailabilityUpdate"]]
+"""Yields the updates for one subscriber until it cancels (the cascade implements this)."""
+
+
+async def no_updates(subscription: WatchSubscription) -> AsyncIterator[AvailabilityUpdate]:
+    """The default update source: nothing ever changes; the stream stays open until cancelled."""
+    await asyncio.Event().wait()
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
+class RoutePort(Protocol):
+    """One upstream as a plug-in sees it: where it lives and its breaker."""
+
+    @property
+    def target(self) -> UpstreamTarget:
+        """Host, port, base path."""
+        ...
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """None for the inbound app route."""
+        ...
+
+
+class Plugin(Protocol):
+    """Something wired into the runtime that holds tasks or connections."""
+
+    def drain(self) -> None:
+        """The sidecar is shutting down: end streams that never end on their own."""
+
+    def close(self) -> None:
+        """Stop every task and connection."""
+
+
+class PluginHost(Protocol):
+    """What the sidecar's runtime offers a plug-in."""
+
+    service: str
+    config: SidecarConfig
+    loop: asyncio.AbstractEventLoop
+    hooks: HookChain
+    route_resolver: RouteResolver
+    admin_routes: dict[str, AdminRoute]
+    status_sections: dict[str, Callable[[], Any]]
+    collectors: list[Any]
+    availability: AvailabilityView | None
+    update_source: UpdateSource | None
+    plugins: dict[str, Plugin]
+
+    @property
+    def routes(self) -> Mapping[str, RoutePort]:
+        """The configured upstreams by name."""
+        ...

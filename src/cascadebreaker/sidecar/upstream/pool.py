@@ -1,0 +1,122 @@
+"""Idle keep-alive connections to one upstream, and the one periodic check of their stalls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
+from cascadebreaker.sidecar.upstream.model import (
+    UpstreamConnectError,
+    UpstreamTarget,
+    UpstreamTimeout,
+)
+
+__all__ = ["TimeoutWatch", "UpstreamPool"]
+
+
+class TimeoutWatch:
+    """Checks busy connections for stalls every `resolution` seconds.
+
+    One periodic check per pool instead of a timer armed and cancelled per request (which costs
+    more than the rest of the exchange's bookkeeping); timeouts fire up to `resolution` late.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
+        self.loop = loop
+        self.resolution = resolution
+        self.busy: set[UpstreamConnection] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, conn: UpstreamConnection) -> None:
+        """Watch a connection that just started an exchange."""
+        self.busy.add(conn)
+        if self._handle is None:
+            self._handle = self.loop.call_later(self.resolution, self._tick)
+
+    def _tick(self) -> None:
+        self._handle = None
+        now = self.loop.time()
+        for conn in list(self.busy):
+            conn.check_timeout(now)
+        if self.busy:
+            self._handle = self.loop.call_later(self.resolution, self._tick)
+
+    def close(self) -> None:
+        """Stop checking."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.busy.clear()
+
+
+class UpstreamPool:
+    """Idle keep-alive connections to one upstream (most recently used first)."""
+
+    def __init__(self, target: UpstreamTarget, loop: asyncio.AbstractEventLoop) -> None:
+        self.target = target
+        self.name = target.name
+        self.loop = loop
+        self._idle: list[UpstreamConnection] = []
+        self._all: set[UpstreamConnection] = set()
+        self.watch = TimeoutWatch(loop, max(0.005, min(0.05, target.timeout / 20)))
+
+    @property
+    def idle_count(self) -> int:
+        """Connections waiting for their next exchange."""
+        return len(self._idle)
+
+    @property
+    def open_count(self) -> int:
+        """All open connections, busy or idle."""
+        return len(self._all)
+
+    def acquire_nowait(self) -> UpstreamConnection | None:
+        """An idle connection, or None when a new one must be made with `connect()`."""
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    async def connect(self) -> UpstreamConnection:
+        """Open a new connection (raises UpstreamConnectError / UpstreamTimeout)."""
+        target = self.target
+        try:
+            async with asyncio.timeout(target.connect_timeout):
+                _, conn = await self.loop.create_connection(
+                    lambda: UpstreamConnection(self), target.host, target.port
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(
+                self.name, f"connect timed out after {target.connect_timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise UpstreamConnectError(self.name, exc.strerror or str(exc)) from None
+        self._all.add(conn)
+        return conn
+
+    async def acquire(self) -> UpstreamConnection:
+        """An idle connection, or a new one."""
+        return self.acquire_nowait() or await self.connect()
+
+    def release(self, conn: UpstreamConnection) -> None:
+        """Return a connection whose exchange completed cleanly."""
+        if len(self._idle) < self.target.max_idle:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    def discard(self, conn: UpstreamConnection) -> None:
+        """Forget a closed connection."""
+        self._all.discard(conn)
+        with contextlib.suppress(ValueError):
+            self._idle.remove(conn)
+
+    def close(self) -> None:
+        """Close every connection (idle and busy)."""
+        for conn in list(self._all):
+            conn.close()
+        self._idle.clear()
+        self.watch.close()
