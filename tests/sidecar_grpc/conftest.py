@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,9 +37,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Requests seen per `/fail-first/<n>/<key>` key (the handler runs in the server's threads).
+HITS: Counter[str] = Counter()
+_HITS_LOCK = threading.Lock()
+
+
 class _Handler(BaseHTTPRequestHandler):
-    """`/status/<code>` answers that status; `?delay=s` waits first; every reply echoes the
-    request (method, path, headers as pairs, body) as JSON."""
+    """`/status/<code>` answers that status; `/fail-first/<n>/<key>` answers 503 to the first
+    n requests for `key`, then 200; `?delay=s` waits first; every reply echoes the request
+    (method, path, headers as pairs, body) as JSON."""
 
     protocol_version = "HTTP/1.1"
 
@@ -51,6 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         parts = url.path.strip("/").split("/")
         status = int(parts[1]) if len(parts) == 2 and parts[0] == "status" else 200
+        if len(parts) == 3 and parts[0] == "fail-first":
+            with _HITS_LOCK:
+                HITS[parts[2]] += 1
+                status = 503 if HITS[parts[2]] <= int(parts[1]) else 200
         echo = {
             "method": self.command,
             "path": self.path,
