@@ -22,27 +22,10 @@ from typing import cast
 import httptools
 
 from cascadebreaker.sidecar.http.exchange import Exchange, RequestHandler, RequestHead, TunnelEnd
-from cascadebreaker.sidecar.http.framing import (
-    CHUNKED,
-    FramingError,
-    request_framing,
-    upgrade_requested,
-)
+from cascadebreaker.sidecar.http.framing import FramingError
 from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
-from cascadebreaker.sidecar.http.wire import (
-    CONNECTION,
-    CONTENT_LENGTH,
-    END_TO_END,
-    EXPECT,
-    HEADER_KINDS,
-    HOST,
-    TRANSFER_ENCODING,
-    UPGRADE,
-    RawHeaders,
-    drop_connection_tokens,
-    error_response,
-    header_kind,
-)
+from cascadebreaker.sidecar.http.reader import RequestReader
+from cascadebreaker.sidecar.http.wire import error_response
 from cascadebreaker.sidecar.logs import RateLimitedLog
 
 log = logging.getLogger("cascadebreaker.sidecar")
@@ -60,10 +43,6 @@ _FINISHED = 4  # the stream cannot go on (bad bytes, stalled body): only replies
 _UPGRADING = 8  # a WebSocket handshake waits for the upstream's answer
 
 __all__ = ["ServerConnection"]
-
-
-class _BadRequest(FramingError):
-    """A request the connection refuses for its head (size, method, version)."""
 
 
 class _ErrorReply:
@@ -98,14 +77,13 @@ def _ignore(data: bytes) -> None:
     """Where bytes go once the stream cannot be parsed any further."""
 
 
-class ServerConnection(asyncio.Protocol):
+class ServerConnection(RequestReader, asyncio.Protocol):
     """One client connection: parses requests and runs their exchanges in order."""
 
     def __init__(self, handler: RequestHandler, limits: Limits, tracker: ConnectionTracker) -> None:
+        super().__init__(limits)
         self.handler = handler
         self.limits = limits
-        self._max_head_bytes = limits.max_header_bytes
-        self._max_headers = limits.max_header_count
         self.tracker = tracker
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
@@ -114,13 +92,6 @@ class ServerConnection(asyncio.Protocol):
         self.activity = 0  # data_received calls, for the idle sweep
         self._quiet_mark = -1
         self._quiet_since = 0.0
-        self._head_started = 0.0
-        self._parser = httptools.HttpRequestParser(self)
-        self._url = b""
-        self._headers: RawHeaders = []
-        self._head_bytes = 0
-        self._in_head = False
-        self._request: RequestHead | None = None
         self._active: Exchange | None = None
         self._receiving: Exchange | None = None
         self._queue: deque[Exchange] = deque()
@@ -128,13 +99,6 @@ class ServerConnection(asyncio.Protocol):
         self._writable = True
         self._unwritable_since = 0.0
         self._eof = False
-        self._header_count = 0
-        self._host = b""
-        self._lengths: list[bytes] | None = None  # every Content-Length value received
-        self._encodings: list[bytes] | None = None  # every Transfer-Encoding value received
-        self._expect = False
-        self._upgrade: bytes | None = None
-        self._connection: list[bytes] = []
         # Set once the bytes stop being HTTP: a tunnel's sink, or `_ignore` after an error.
         self._divert: Callable[[bytes], None] | None = None
         self._tunnel: TunnelEnd | None = None
@@ -239,94 +203,9 @@ class ServerConnection(asyncio.Protocol):
         elif self._tunnel is not None:
             self._tunnel.client_writable(True)
 
-    # -- httptools callbacks ----------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        """A new request starts."""
-        self._url = b""
-        self._headers = []
-        self._head_bytes = 0
-        self._header_count = 0
-        self._in_head = True
-        self._head_started = self.loop.time()
-        self._request = None
-        self._host = b""
-        self._lengths = None
-        self._encodings = None
-        self._expect = False
-        self._upgrade = None
-        if self._connection:
-            self._connection = []
-
-    def on_url(self, url: bytes) -> None:
-        """Part of the request target."""
-        self._url += url
-        self._head_bytes += len(url)
-        if self._head_bytes > self._max_head_bytes:
-            raise _BadRequest("request header fields too large", 431)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        """One header; enforce count and size limits as they come, pick out framing."""
-        self._head_bytes += len(name) + len(value) + 4
-        self._header_count += 1
-        if self._head_bytes > self._max_head_bytes or self._header_count > self._max_headers:
-            if self._header_count > self._max_headers:
-                raise _BadRequest("too many request header fields", 431)
-            raise _BadRequest("request header fields too large", 431)
-        kind = HEADER_KINDS.get(name)
-        if kind is None:
-            kind = header_kind(name)
-        if kind == END_TO_END:
-            self._headers.append((name, value))
-        elif kind == HOST:
-            self._host = value
-        else:
-            self._special_header(kind, value)
-
-    def _special_header(self, kind: int, value: bytes) -> None:
-        if kind == CONTENT_LENGTH:
-            if self._lengths is None:
-                self._lengths = [value]
-            else:
-                self._lengths.append(value)
-        elif kind == TRANSFER_ENCODING:
-            if self._encodings is None:
-                self._encodings = [value]
-            else:
-                self._encodings.append(value)
-        elif kind == CONNECTION:
-            self._connection.append(value)
-        elif kind == EXPECT:
-            self._expect = value.lower() == b"100-continue"
-        elif kind == UPGRADE:
-            self._upgrade = value
-
-    def on_headers_complete(self) -> None:
-        """Validate framing, then hand the request to the listener's handler."""
-        self._in_head = False
-        parser = self._parser
-        request = RequestHead(parser.get_method(), self._url, self._headers)
-        if request.method == b"CONNECT":
-            raise _BadRequest("CONNECT is not supported", 405)
-        version = parser.get_http_version()
-        if version != "1.1" and version != "1.0":
-            raise _BadRequest(f"unsupported HTTP version {version}")
-        upgrade = self._upgrade is not None and upgrade_requested(self._connection, self._upgrade)
-        if self._lengths is not None or self._encodings is not None:
-            length = request_framing(self._lengths, self._encodings, upgrade)
-            request.chunked = length == CHUNKED
-            request.content_length = None if request.chunked else length
-        request.host = self._host
-        request.expect_continue = self._expect
-        if self._connection:
-            request.headers = drop_connection_tokens(request.headers, self._connection)
-        request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
-        request.http10 = version == "1.0"
-        request.client = self.client
-        if upgrade and not request.http10 and b"websocket" in (self._upgrade or b"").lower():
-            # A WebSocket handshake: its Upgrade header is forwarded, and a 101 answer turns
-            # the connection into a tunnel. Other protocols are not spoken: HTTP/1.1 goes on.
-            request.upgrade = self._upgrade or b""
-        self._request = request
+    # -- what the reader found --------------------------------------------------------------
+    def _head_received(self, request: RequestHead) -> None:
+        """Hand the request to the listener's handler; its exchange starts when first in line."""
         if request.expect_continue and self.transport is not None and not request.http10:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if request.content_length is not None or request.chunked:  # a body may follow
@@ -341,13 +220,13 @@ class ServerConnection(asyncio.Protocol):
         else:
             self._queue.append(exchange)
 
-    def on_body(self, body: bytes) -> None:
+    def _body_received(self, data: bytes) -> None:
         """Request body bytes go to the exchange being received."""
-        self._body_bytes += len(body)
+        self._body_bytes += len(data)
         if self._receiving is not None:
-            self._receiving.request_body(body)
+            self._receiving.request_body(data)
 
-    def on_message_complete(self) -> None:
+    def _request_complete(self) -> None:
         """The request is whole; stop reading if its response must wait its turn."""
         exchange = self._receiving
         self._receiving = None

@@ -1,0 +1,180 @@
+"""Requests out of bytes: the httptools callbacks of a server connection, sans I/O.
+
+`RequestReader` is the parsing half of `ServerConnection` (connection.py adds the transport,
+the queue of exchanges and the clocks): it bounds the head (size, header count), picks out the
+framing headers, asks framing.py how the body is delimited (refusing what could be read two
+ways), and hands the connection a complete `RequestHead`, then the body's pieces, then its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import httptools
+
+from cascadebreaker.sidecar.http.exchange import RequestHead
+from cascadebreaker.sidecar.http.framing import (
+    CHUNKED,
+    FramingError,
+    request_framing,
+    upgrade_requested,
+)
+from cascadebreaker.sidecar.http.limits import Limits
+from cascadebreaker.sidecar.http.wire import (
+    CONNECTION,
+    CONTENT_LENGTH,
+    END_TO_END,
+    EXPECT,
+    HEADER_KINDS,
+    HOST,
+    TRANSFER_ENCODING,
+    UPGRADE,
+    RawHeaders,
+    drop_connection_tokens,
+    header_kind,
+)
+
+if TYPE_CHECKING:
+    from cascadebreaker.sidecar.http.limits import ConnectionTracker
+
+__all__ = ["BadRequest", "RequestReader"]
+
+
+class BadRequest(FramingError):
+    """A request refused for its head (size, method, version): `status`, then close."""
+
+
+class RequestReader:
+    """Parser state and callbacks; the connection implements the three steps at the end."""
+
+    # Provided by the connection.
+    tracker: ConnectionTracker
+    client: str
+    loop: asyncio.AbstractEventLoop
+
+    def __init__(self, limits: Limits) -> None:
+        self._max_head_bytes = limits.max_header_bytes
+        self._max_headers = limits.max_header_count
+        self._head_started = 0.0
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: RawHeaders = []
+        self._head_bytes = 0
+        self._in_head = False
+        self._request: RequestHead | None = None
+        self._header_count = 0
+        self._host = b""
+        self._lengths: list[bytes] | None = None  # every Content-Length value received
+        self._encodings: list[bytes] | None = None  # every Transfer-Encoding value received
+        self._expect = False
+        self._upgrade: bytes | None = None
+        self._connection: list[bytes] = []
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        """A new request starts."""
+        self._url = b""
+        self._headers = []
+        self._head_bytes = 0
+        self._header_count = 0
+        self._in_head = True
+        self._head_started = self.loop.time()
+        self._request = None
+        self._host = b""
+        self._lengths = None
+        self._encodings = None
+        self._expect = False
+        self._upgrade = None
+        if self._connection:
+            self._connection = []
+
+    def on_url(self, url: bytes) -> None:
+        """Part of the request target."""
+        self._url += url
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_head_bytes:
+            raise BadRequest("request header fields too large", 431)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header; enforce count and size limits as they come, pick out framing."""
+        self._head_bytes += len(name) + len(value) + 4
+        self._header_count += 1
+        if self._head_bytes > self._max_head_bytes or self._header_count > self._max_headers:
+            if self._header_count > self._max_headers:
+                raise BadRequest("too many request header fields", 431)
+            raise BadRequest("request header fields too large", 431)
+        kind = HEADER_KINDS.get(name)
+        if kind is None:
+            kind = header_kind(name)
+        if kind == END_TO_END:
+            self._headers.append((name, value))
+        elif kind == HOST:
+            self._host = value
+        else:
+            self._special_header(kind, value)
+
+    def _special_header(self, kind: int, value: bytes) -> None:
+        if kind == CONTENT_LENGTH:
+            if self._lengths is None:
+                self._lengths = [value]
+            else:
+                self._lengths.append(value)
+        elif kind == TRANSFER_ENCODING:
+            if self._encodings is None:
+                self._encodings = [value]
+            else:
+                self._encodings.append(value)
+        elif kind == CONNECTION:
+            self._connection.append(value)
+        elif kind == EXPECT:
+            self._expect = value.lower() == b"100-continue"
+        elif kind == UPGRADE:
+            self._upgrade = value
+
+    def on_headers_complete(self) -> None:
+        """Validate framing, then hand the request to the listener's handler."""
+        self._in_head = False
+        parser = self._parser
+        request = RequestHead(parser.get_method(), self._url, self._headers)
+        if request.method == b"CONNECT":
+            raise BadRequest("CONNECT is not supported", 405)
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            raise BadRequest(f"unsupported HTTP version {version}")
+        upgrade = self._upgrade is not None and upgrade_requested(self._connection, self._upgrade)
+        if self._lengths is not None or self._encodings is not None:
+            length = request_framing(self._lengths, self._encodings, upgrade)
+            request.chunked = length == CHUNKED
+            request.content_length = None if request.chunked else length
+        request.host = self._host
+        request.expect_continue = self._expect
+        if self._connection:
+            request.headers = drop_connection_tokens(request.headers, self._connection)
+        request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
+        request.http10 = version == "1.0"
+        request.client = self.client
+        if upgrade and not request.http10 and b"websocket" in (self._upgrade or b"").lower():
+            # A WebSocket handshake: its Upgrade header is forwarded, and a 101 answer turns
+            # the connection into a tunnel. Other protocols are not spoken: HTTP/1.1 goes on.
+            request.upgrade = self._upgrade or b""
+        self._request = request
+        self._head_received(request)
+
+    def on_body(self, body: bytes) -> None:
+        """Request body bytes (de-chunked)."""
+        self._body_received(body)
+
+    def on_message_complete(self) -> None:
+        """The request is whole."""
+        self._request_complete()
+
+    # -- what the connection does with what was read -------------------------------------------
+    def _head_received(self, request: RequestHead) -> None:
+        raise NotImplementedError
+
+    def _body_received(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _request_complete(self) -> None:
+        raise NotImplementedError
