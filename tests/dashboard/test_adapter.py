@@ -17,7 +17,7 @@ from cascadebreaker.dashboard.adapter import (
     update_from_redis,
 )
 from cascadebreaker.dashboard.model import Counts, Link, Unavailability
-from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 
 # A /status document as a sidecar writes it today (shortened from a real one).
 TODAY: dict[str, Any] = {

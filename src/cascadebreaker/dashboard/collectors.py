@@ -158,8 +158,8 @@ class SidecarCollector:
         import grpc
 
         # The generated stubs of the public contract (proto/ccb/v1/sidecar.proto).
-        from cascadebreaker.sidecar.proto_gen import sidecar_pb2 as pb
-        from cascadebreaker.sidecar.proto_gen import sidecar_pb2_grpc as pb_grpc
+        from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+        from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc as pb_grpc
 
         backoff = Backoff()
         while True:
