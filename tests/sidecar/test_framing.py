@@ -19,8 +19,7 @@ from cascadebreaker.sidecar.http.framing import (
     client_response_framing,
     forward_request_framing,
     request_framing,
-    response_body,
-    response_length,
+    response_framing,
     upgrade_requested,
     whole_body_framing,
 )
@@ -117,43 +116,36 @@ def test_whole_body_framing(method: bytes, size: int, line: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    ("lengths", "chunked", "expected"),
+    ("status", "head_request", "lengths", "chunked", "expected"),
     [
-        ([], False, None),
-        ([b"10"], False, 10),
-        ([b"10", b" 10"], False, 10),
-        ([b"10"], True, None),  # chunked wins over a length (RFC 9112 §6.3)
-        ([b"x"], True, None),
+        (200, False, [b"10"], False, (10, 10)),
+        (200, False, [b"10", b" 10"], False, (10, 10)),
+        (200, False, [], True, (None, CHUNKED)),
+        (200, False, [b"10"], True, (None, CHUNKED)),  # chunked wins (RFC 9112 §6.3)
+        (200, False, [b"x"], True, (None, CHUNKED)),
+        (200, False, [], False, (None, UNTIL_CLOSE)),
+        (200, True, [b"10"], False, (10, 0)),  # HEAD: the length names the would-be body
+        (200, True, [], True, (None, 0)),
+        (204, False, [], False, (None, 0)),
+        (304, False, [b"10"], False, (10, 0)),
+        (101, False, [], False, (None, 0)),
+        (500, False, [b"0"], False, (0, 0)),
     ],
 )
-def test_response_length(lengths: list[bytes], chunked: bool, expected: int | None) -> None:
-    assert response_length(lengths, chunked) == expected
-
-
-@pytest.mark.parametrize("lengths", [[b"10", b"11"], [b"ten"], [b"-3"], [b"1e3"]])
-def test_response_length_refuses_an_invalid_length(lengths: list[bytes]) -> None:
-    with pytest.raises(FramingError, match="invalid content-length"):
-        response_length(lengths, False)
-
-
-@pytest.mark.parametrize(
-    ("status", "head_request", "chunked", "length", "expected"),
-    [
-        (200, False, False, 10, 10),
-        (200, False, True, None, CHUNKED),
-        (200, False, False, None, UNTIL_CLOSE),
-        (200, True, False, 10, 0),  # HEAD: the length names the would-be body
-        (200, True, True, None, 0),
-        (204, False, False, None, 0),
-        (304, False, False, 10, 0),
-        (101, False, False, None, 0),
-        (500, False, False, 0, 0),
-    ],
-)
-def test_response_body(
-    status: int, head_request: bool, chunked: bool, length: int | None, expected: int
+def test_response_framing(
+    status: int,
+    head_request: bool,
+    lengths: list[bytes],
+    chunked: bool,
+    expected: tuple[int | None, int],
 ) -> None:
-    assert response_body(status, head_request, chunked, length) == expected
+    assert response_framing(status, head_request, lengths, chunked) == expected
+
+
+@pytest.mark.parametrize("lengths", [[b"10", b"11"], [b"ten"], [b"-3"], [b"1e3"], [b""]])
+def test_response_framing_refuses_an_invalid_length(lengths: list[bytes]) -> None:
+    with pytest.raises(FramingError, match="invalid content-length"):
+        response_framing(200, False, lengths, False)
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,7 @@ __all__ = [
     "client_response_framing",
     "forward_request_framing",
     "request_framing",
-    "response_body",
-    "response_length",
+    "response_framing",
     "upgrade_requested",
     "whole_body_framing",
 ]
@@ -107,29 +106,31 @@ def whole_body_framing(method: bytes, size: int) -> bytes:
 # -- responses, as the upstream client reads them ---------------------------------------------
 
 
-def response_length(lengths: list[bytes], chunked: bool) -> int | None:
-    """The declared Content-Length of a response (None when chunked or absent).
+def response_framing(
+    status: int, head_request: bool, lengths: list[bytes], chunked: bool
+) -> tuple[int | None, int]:
+    """How an upstream's response is framed: (its declared Content-Length or None, how its body
+    is delimited: a length, 0 for none, CHUNKED or UNTIL_CLOSE).
 
-    Differing or non-numeric values are an invalid response (FramingError). With chunked
-    coding the Content-Length is ignored (RFC 9112 §6.3).
+    Differing or non-numeric lengths are an invalid response (FramingError). With chunked
+    coding a Content-Length is ignored (RFC 9112 §6.3); a response to HEAD, a 1xx, 204 or 304
+    has no body whatever it declares (the declared length names the would-be body).
     """
-    if not lengths or chunked:
-        return None
-    first = lengths[0].strip()
-    if not first.isdigit() or any(other.strip() != first for other in lengths[1:]):
-        raise FramingError("invalid content-length", 502)
-    return int(first)
-
-
-def response_body(status: int, head_request: bool, chunked: bool, length: int | None) -> int:
-    """How the body of a response is delimited: its length (0: none), CHUNKED or UNTIL_CLOSE."""
+    length: int | None = None
+    if lengths and not chunked:
+        first = lengths[0].strip()
+        if not first.isdigit() or (
+            len(lengths) > 1 and any(other.strip() != first for other in lengths[1:])
+        ):
+            raise FramingError("invalid content-length", 502)
+        length = int(first)
     if head_request or status in _NO_BODY_STATUSES or status < 200:
-        return 0
+        return length, 0
     if chunked:
-        return CHUNKED
+        return None, CHUNKED
     if length is None:
-        return UNTIL_CLOSE
-    return length
+        return None, UNTIL_CLOSE
+    return length, length
 
 
 # -- responses, as the proxy relays them to a client ------------------------------------------

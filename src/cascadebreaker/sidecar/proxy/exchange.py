@@ -27,13 +27,14 @@ from cascadebreaker.sidecar.http.wire import (
     response_head,
 )
 from cascadebreaker.sidecar.logs import RateLimitedLog
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection
-from cascadebreaker.sidecar.proxy.pipeline import REPLAY, RETRY, AdmitLater, Call
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, REPLAY, RETRY, AdmitLater
 from cascadebreaker.sidecar.proxy.replies import FixedExchange, upstream_error_reply
 from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
 from cascadebreaker.sidecar.upstream.model import UpstreamError
 
 if TYPE_CHECKING:
+    from cascadebreaker import Permit
     from cascadebreaker.sidecar.http.connection import ServerConnection
     from cascadebreaker.sidecar.http.exchange import RequestHead
     from cascadebreaker.sidecar.proxy.routes import Route
@@ -50,20 +51,21 @@ __all__ = ["ProxyExchange"]
 
 
 class ProxyExchange(FixedExchange):
-    """Forwards one request to a route's upstream and streams the response back."""
+    """Forwards one request to a route's upstream and streams the response back; it is also
+    the call's state for the pipeline (no second object per request)."""
 
     __slots__ = (
         "_head",
         "_out",
         "_pending",
         "_pending_size",
-        "call",
         "chunked_out",
         "head_sent",
         "keep_alive",
         "pipeline",
         "runtime",
         "upstream",
+        *CALL_SLOTS,
     )
 
     def __init__(
@@ -78,16 +80,20 @@ class ProxyExchange(FixedExchange):
         super().__init__(conn, request)
         self.runtime = runtime
         self.pipeline = runtime.pipeline
-        self.call = Call(
-            direction,
-            route,
-            request.method,
-            path,
-            request.headers,
-            request.client,
-            request.has_body,
-            not request.has_body,  # a streamed body is not kept: it cannot be sent again
-        )
+        # The call's state, as the pipeline reads and keeps it (pipeline.CallState).
+        self.direction = direction
+        self.route = route
+        self.method = request.method
+        self.path = path
+        self.headers = request.headers
+        self.client = request.client
+        self.has_body = has_body = request.has_body
+        self.resendable = not has_body  # a streamed body is not kept: it cannot be sent again
+        self.info: RequestInfo | None = None
+        self.permit: Permit | None = None
+        self.attempt = 0
+        self.started_at = 0.0
+        self.closed = False
         self.upstream: UpstreamConnection | None = None
         self.head_sent = False
         self.chunked_out = False
@@ -100,13 +106,15 @@ class ProxyExchange(FixedExchange):
     # -- Exchange ---------------------------------------------------------------------------
     def start(self) -> None:
         """Ask the pipeline (hooks, breaker), then connect to the upstream."""
-        verdict = self.pipeline.start(self.call)
-        if verdict is None and self.request.has_body:
+        verdict = self.pipeline.start(self)
+        if verdict is not None:
+            self._proceed(verdict)
+        elif self.has_body:
             # A body follows, usually in the bytes already read: dispatch after the parser
             # has fed them, so the head and the body leave in one write (one syscall).
             self.pipeline.loop.call_soon(self._dispatch_if_live)
         else:
-            self._proceed(verdict)
+            self._dispatch()
 
     def _dispatch_if_live(self) -> None:
         if not self.finished and self.upstream is None:
@@ -142,7 +150,7 @@ class ProxyExchange(FixedExchange):
         """The client left: drop the upstream exchange, release a probe slot."""
         super().connection_lost()
         self._abort_upstream()
-        self.pipeline.cancelled(self.call)
+        self.pipeline.cancelled(self)
 
     def request_failed(self, outcome: str) -> bool:
         """The client stalled or sent a bad body: drop the upstream exchange; its breaker hears
@@ -152,7 +160,7 @@ class ProxyExchange(FixedExchange):
         self.finished = True
         written = self.head_sent and not self._out
         self._abort_upstream()
-        self.pipeline.client_failed(self.call, outcome)
+        self.pipeline.client_failed(self, outcome)
         return not written
 
     # -- ResponseSink -----------------------------------------------------------------------
@@ -168,9 +176,9 @@ class ProxyExchange(FixedExchange):
         if status == 101:
             self._tunnel(reason, headers)
             return
-        if self.pipeline.response(self.call, status, headers):
+        if self.pipeline.response(self, status, headers):
             self._abort_upstream()
-            self._proceed(self.pipeline.retry(self.call))
+            self._proceed(self.pipeline.retry(self))
             return
         request = self.request
         framing, self.chunked_out, self.keep_alive = client_response_framing(
@@ -207,7 +215,7 @@ class ProxyExchange(FixedExchange):
             self.conn.write(self._out)
         self._out = b""
         self.finished = True
-        self.pipeline.finish(self.call)
+        self.pipeline.finish(self)
         self.conn.response_done(self, self.keep_alive and self.request_done)
 
     def response_failed(self, error: UpstreamError) -> None:
@@ -217,19 +225,19 @@ class ProxyExchange(FixedExchange):
             return
         if self.head_sent:
             if not self._out:  # the client has part of the response: cut it short
-                self.pipeline.truncated(self.call)
+                self.pipeline.truncated(self)
                 self.finished = True
                 self.conn.abort()
                 return
             self._out = b""  # nothing reached the client yet: an error reply is still possible
             self.head_sent = self.chunked_out = False
-        action = self.pipeline.failed(self.call, error)
+        action = self.pipeline.failed(self, error)
         if action == REPLAY:
             self._connect_new()
         elif action == RETRY:
-            self._proceed(self.pipeline.retry(self.call))
+            self._proceed(self.pipeline.retry(self))
         else:
-            self.reply(upstream_error_reply(self.call.route.name, error))
+            self.reply(upstream_error_reply(self.route.name, error))
 
     def upstream_writable(self, writable: bool) -> None:
         """Stop reading the client's body while the upstream is not taking it."""
@@ -244,7 +252,7 @@ class ProxyExchange(FixedExchange):
         if verdict is None:
             self._dispatch()
         elif isinstance(verdict, AdmitLater):
-            task = self.pipeline.loop.create_task(self.pipeline.admit_later(self.call))
+            task = self.pipeline.loop.create_task(self.pipeline.admit_later(self))
             task.add_done_callback(self._admitted)
         else:
             self.reply(verdict.to_bytes)
@@ -254,9 +262,7 @@ class ProxyExchange(FixedExchange):
             return
         error = task.exception()
         if error is not None:
-            _admission_errors(
-                "breaker admission failed for %s", self.call.route.name, exc_info=error
-            )
+            _admission_errors("breaker admission failed for %s", self.route.name, exc_info=error)
             self.reply(lambda close: error_response(500, "internal error", close))
             return
         self._proceed(task.result())
@@ -265,7 +271,7 @@ class ProxyExchange(FixedExchange):
         """The upstream accepted the WebSocket handshake: answer 101, then join the two."""
         upstream = self.upstream
         assert upstream is not None
-        self.pipeline.upgraded(self.call, headers)
+        self.pipeline.upgraded(self, headers)
         headers.append((b"via", self.runtime.via))
         self.conn.write(response_head(101, reason, headers, b"connection: upgrade\r\n"))
         self.finished = True
@@ -280,14 +286,14 @@ class ProxyExchange(FixedExchange):
             self.upstream = None
 
     def _dispatch(self) -> None:
-        conn = self.call.route.pool.acquire_nowait()
+        conn = self.route.pool.acquire_nowait()
         if conn is None:
             self._connect_new()
         else:
             self._send(conn)
 
     def _connect_new(self) -> None:
-        pool = self.call.route.pool
+        pool = self.route.pool
         task = pool.loop.create_task(pool.connect())
         task.add_done_callback(self._connected)
 
@@ -298,13 +304,13 @@ class ProxyExchange(FixedExchange):
         if error is None:
             conn = task.result()
             if self.finished:
-                self.call.route.pool.release(conn)  # the client left meanwhile; keep it
+                self.route.pool.release(conn)  # the client left meanwhile; keep it
             else:
                 self._send(conn)
         elif isinstance(error, UpstreamError):
             self.response_failed(error)
         else:
-            self.response_failed(UpstreamError(self.call.route.name, str(error)))
+            self.response_failed(UpstreamError(self.route.name, str(error)))
 
     def _send(self, upstream: UpstreamConnection) -> None:
         if not self._head:
@@ -321,7 +327,7 @@ class ProxyExchange(FixedExchange):
         upstream.send(
             self._head,
             self,
-            self.call.route.timeout,
+            self.route.timeout,
             request.method == b"HEAD",
             body,
             self.request_done,
@@ -340,23 +346,22 @@ class ProxyExchange(FixedExchange):
 
     def _build_head(self) -> bytes:
         request = self.request
-        call = self.call
-        target = call.route.target
+        target = self.route.target
         headers = [*request.headers, (b"via", self.runtime.via)]
         host = target.authority
-        if call.direction is Direction.INBOUND:
+        if self.direction is Direction.INBOUND:
             # Transparent towards the app: the caller's Host is kept.
             host = request.host or host
             if request.client:
                 headers.append((b"x-forwarded-for", request.client.encode()))
-        if call.info is not None and call.info.add_headers:
-            headers += call.info.add_headers
+        if self.info is not None and self.info.add_headers:
+            headers += self.info.add_headers
         if request.upgrade:  # a WebSocket handshake: hop-by-hop, so re-added for this hop
             headers += ((b"connection", b"upgrade"), (b"upgrade", request.upgrade))
         length = CHUNKED if request.chunked else request.content_length
         return request_head(
             request.method,
-            target.base_path + call.path,
+            target.base_path + self.path,
             host,
             headers,
             forward_request_framing(length),

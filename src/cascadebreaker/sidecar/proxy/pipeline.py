@@ -22,7 +22,7 @@ the latency of calls that end in an error. It does no I/O.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from cascadebreaker import CircuitOpenError, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
@@ -35,7 +35,17 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
-__all__ = ["ADMIT_LATER", "FAIL", "REPLAY", "RETRY", "AdmitLater", "Call", "CallPipeline"]
+__all__ = [
+    "ADMIT_LATER",
+    "CALL_SLOTS",
+    "FAIL",
+    "REPLAY",
+    "RETRY",
+    "AdmitLater",
+    "Call",
+    "CallPipeline",
+    "CallState",
+]
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
@@ -59,24 +69,48 @@ IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"
 _MAX_REPLAYS = 2
 
 
-class Call:
-    """One call as the pipeline sees it: where it goes, its permit, its attempts."""
+class CallState(Protocol):
+    """One call as the pipeline sees it: where it goes, its permit, its attempts.
 
-    __slots__ = (
-        "attempt",
-        "client",
-        "closed",
-        "direction",
-        "has_body",
-        "headers",
-        "info",
-        "method",
-        "path",
-        "permit",
-        "resendable",
-        "route",
-        "started_at",
-    )
+    A driver's own per-call object carries these attributes (the HTTP exchange does, in its
+    slots: a request allocates nothing more), or the driver uses `Call`."""
+
+    direction: Direction
+    route: Route  # the upstream; a hook may reroute it to an alternative
+    method: bytes
+    path: bytes  # as sent to the upstream, below its base path
+    headers: RawHeaders  # end-to-end request headers; hooks may edit them
+    client: str
+    has_body: bool
+    resendable: bool  # the driver can send the request again (no body, or one held whole)
+    info: RequestInfo | None  # built only when hooks are registered
+    permit: Permit | None
+    attempt: int
+    started_at: float
+    closed: bool  # answered, refused or abandoned: nothing more to record
+
+
+CALL_SLOTS = (
+    "attempt",
+    "client",
+    "closed",
+    "direction",
+    "has_body",
+    "headers",
+    "info",
+    "method",
+    "path",
+    "permit",
+    "resendable",
+    "route",
+    "started_at",
+)
+
+
+class Call:
+    """A call of the async driver."""
+
+    __slots__ = CALL_SLOTS
 
     def __init__(
         self,
@@ -90,19 +124,18 @@ class Call:
         resendable: bool,
     ) -> None:
         self.direction = direction
-        self.route = route  # the upstream; a hook may reroute it to an alternative
+        self.route = route
         self.method = method
-        self.path = path  # as sent to the upstream, below its base path
-        self.headers = headers  # end-to-end request headers; hooks may edit them
+        self.path = path
+        self.headers = headers
         self.client = client
         self.has_body = has_body
-        # The driver can send the request again (no body, or a body it holds whole).
         self.resendable = resendable
-        self.info: RequestInfo | None = None  # built only when hooks are registered
+        self.info: RequestInfo | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.started_at = 0.0
-        self.closed = False  # answered, refused or abandoned: nothing more to record
+        self.closed = False
 
 
 class CallPipeline:
@@ -114,7 +147,7 @@ class CallPipeline:
         self.loop = runtime.loop
 
     # -- admission --------------------------------------------------------------------------
-    def start(self, call: Call) -> Rejection | AdmitLater | None:
+    def start(self, call: CallState) -> Rejection | AdmitLater | None:
         """Hooks (they may refuse or reroute), the retry budget's deposit, the breaker."""
         call.started_at = self.loop.time()
         hooks = self.hooks
@@ -140,12 +173,12 @@ class CallPipeline:
             call.route.budget.deposit()
         return self._admit(call)
 
-    def retry(self, call: Call) -> Rejection | AdmitLater | None:
+    def retry(self, call: CallState) -> Rejection | AdmitLater | None:
         """Another attempt after a failure: the breaker is asked again."""
         call.attempt += 1
         return self._admit(call)
 
-    def _admit(self, call: Call) -> Rejection | AdmitLater | None:
+    def _admit(self, call: CallState) -> Rejection | AdmitLater | None:
         route = call.route
         breaker = route.breaker
         if breaker is None:
@@ -158,7 +191,7 @@ class CallPipeline:
             return self.refuse(call, rejection_for_open_circuit(route.name, exc))
         return None
 
-    async def admit_later(self, call: Call) -> Rejection | None:
+    async def admit_later(self, call: CallState) -> Rejection | None:
         """The admission that may wait for a shared store (never blocking the event loop).
 
         A call abandoned meanwhile gets nothing: its permit is given back unrecorded."""
@@ -176,7 +209,7 @@ class CallPipeline:
         call.permit = permit
         return None
 
-    def refuse(self, call: Call, rejection: Rejection) -> Rejection:
+    def refuse(self, call: CallState, rejection: Rejection) -> Rejection:
         """The call is answered with `rejection` (an open circuit, a hook's refusal)."""
         call.closed = True
         call.route.stats.count("rejected")
@@ -185,7 +218,7 @@ class CallPipeline:
         return rejection
 
     # -- outcomes ---------------------------------------------------------------------------
-    def response(self, call: Call, status: int, headers: RawHeaders) -> bool:
+    def response(self, call: CallState, status: int, headers: RawHeaders) -> bool:
         """A response head arrived: classify and record it; True when it should be retried.
 
         Hooks hear the outcome and may edit `headers` (the end-to-end response headers)."""
@@ -201,7 +234,7 @@ class CallPipeline:
             self.hooks.on_response(info, status, "failure" if failed else "success")
         return False
 
-    def upgraded(self, call: Call, headers: RawHeaders) -> None:
+    def upgraded(self, call: CallState, headers: RawHeaders) -> None:
         """The upstream accepted a WebSocket handshake (101): a success."""
         self._record(call, True, None, "success")
         call.closed = True
@@ -210,7 +243,7 @@ class CallPipeline:
             info.response_headers = headers
             self.hooks.on_response(info, 101, "success")
 
-    def failed(self, call: Call, error: UpstreamError) -> int:
+    def failed(self, call: CallState, error: UpstreamError) -> int:
         """The upstream failed before a complete response: REPLAY, RETRY or FAIL."""
         if (
             isinstance(error, UpstreamReset)
@@ -231,24 +264,24 @@ class CallPipeline:
         self._observe(call)
         return FAIL
 
-    def finish(self, call: Call) -> None:
+    def finish(self, call: CallState) -> None:
         """The whole response reached the client."""
         call.closed = True
-        self._observe(call)
+        call.route.stats.observe(self.loop.time() - call.started_at)
 
-    def truncated(self, call: Call) -> None:
+    def truncated(self, call: CallState) -> None:
         """The upstream failed after part of the response reached the client (it is cut):
         counted as `reset`; the outcome recorded at the head stands."""
         call.closed = True
         call.route.stats.count("reset")
 
-    def cancelled(self, call: Call) -> None:
+    def cancelled(self, call: CallState) -> None:
         """The client left before its response was complete: give the permit back."""
         call.closed = True
         if self._drop_permit(call):
             call.route.stats.count("cancelled")
 
-    def client_failed(self, call: Call, outcome: str) -> None:
+    def client_failed(self, call: CallState, outcome: str) -> None:
         """The client stalled (`client_timeout`) or sent a malformed body (`bad_request`):
         the breaker hears nothing (the permit is given back unrecorded)."""
         call.closed = True
@@ -256,7 +289,7 @@ class CallPipeline:
         call.route.stats.count(outcome)
 
     # -- internals --------------------------------------------------------------------------
-    def _may_retry(self, call: Call) -> bool:
+    def _may_retry(self, call: CallState) -> bool:
         """Retries are for idempotent requests without a body, within the retry budget.
 
         The drivers ask only before any response byte reached the client."""
@@ -268,7 +301,9 @@ class CallPipeline:
             and route.budget.withdraw()
         )
 
-    def _record(self, call: Call, success: bool, error: Exception | None, outcome: str) -> None:
+    def _record(
+        self, call: CallState, success: bool, error: Exception | None, outcome: str
+    ) -> None:
         call.route.stats.count(outcome)
         permit = call.permit
         if permit is not None:
@@ -278,7 +313,7 @@ class CallPipeline:
             else:
                 permit.failure(error)
 
-    def _drop_permit(self, call: Call) -> bool:
+    def _drop_permit(self, call: CallState) -> bool:
         permit = call.permit
         if permit is None:
             return False
@@ -286,5 +321,5 @@ class CallPipeline:
         permit.ignore()
         return True
 
-    def _observe(self, call: Call) -> None:
+    def _observe(self, call: CallState) -> None:
         call.route.stats.observe(self.loop.time() - call.started_at)

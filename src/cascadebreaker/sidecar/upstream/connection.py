@@ -20,8 +20,7 @@ import httptools
 
 from cascadebreaker.sidecar.http.framing import (
     UNTIL_CLOSE,
-    response_body,
-    response_length,
+    response_framing,
 )
 from cascadebreaker.sidecar.http.wire import (
     CONNECTION,
@@ -252,8 +251,7 @@ class UpstreamConnection(asyncio.Protocol):
             return  # interim (100 Continue): the sidecar answered Expect itself
         self._head_seen = True
         self._keep_alive = self._parser.should_keep_alive()
-        length = response_length(lengths, chunked) if lengths else None
-        body = response_body(status, self._head_request, chunked, length)
+        length, body = response_framing(status, self._head_request, lengths, chunked)
         self._until_close = body == UNTIL_CLOSE
         sink = self._sink
         assert sink is not None
