@@ -21,7 +21,6 @@ the latency of calls that end in an error. It does no I/O.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Final, Protocol
 
 from cascadebreaker import CircuitOpenError, State
@@ -46,8 +45,6 @@ __all__ = [
     "CallPipeline",
     "CallState",
 ]
-
-log = logging.getLogger("cascadebreaker.sidecar")
 
 
 class AdmitLater:

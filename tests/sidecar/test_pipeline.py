@@ -1,0 +1,147 @@
+"""The call pipeline's decisions in process, below the drivers: no sockets, a real runtime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from cascadebreaker import State
+from cascadebreaker.sidecar.config import parse_config
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, RETRY, Call
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.upstream.model import UpstreamConnectError, UpstreamReset
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[SidecarRuntime]:
+    config = parse_config(
+        {
+            "service": "checkout",
+            "listen": {"inbound": None},
+            "upstreams": {
+                "payment": {
+                    "url": "http://127.0.0.1:9",
+                    "breaker": {"failure_threshold": 1, "recovery_timeout": 30},
+                    "retries": {"attempts": 2, "on_statuses": [503]},
+                },
+                "backup": {"url": "http://127.0.0.1:9"},
+            },
+            "cascade": {"enabled": False},
+        }
+    )
+    runtime = SidecarRuntime(config)
+    yield runtime
+    runtime.close()
+
+
+def _call(runtime: SidecarRuntime, method: bytes = b"GET", body: bool = False) -> Call:
+    route = runtime.routes["payment"]
+    return Call(Direction.OUTBOUND, route, method, b"/x", [], "127.0.0.1", body, not body)
+
+
+class _Hook:
+    def __init__(self, refuse: bool = False, reroute: str | None = None) -> None:
+        self.refuse = refuse
+        self.reroute = reroute
+        self.heard: list[tuple[int, str]] = []
+
+    def on_request(self, info: RequestInfo) -> Rejection | None:
+        info.reroute = self.reroute
+        return Rejection({"error": "no"}) if self.refuse else None
+
+    def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
+        self.heard.append((status, outcome))
+
+
+async def test_a_hook_refusal_is_counted_and_heard(runtime: SidecarRuntime) -> None:
+    hook = _Hook(refuse=True)
+    runtime.hooks.add(hook)
+    call = _call(runtime)
+    verdict = runtime.pipeline.start(call)
+    assert isinstance(verdict, Rejection) and verdict.body == {"error": "no"}
+    assert call.permit is None and call.closed
+    assert runtime.routes["payment"].stats.outcomes["rejected"] == 1
+    assert hook.heard == [(503, "rejected")]
+
+
+async def test_a_hook_reroutes_to_a_configured_upstream_only(runtime: SidecarRuntime) -> None:
+    runtime.hooks.add(_Hook(reroute="backup"))
+    call = _call(runtime)
+    assert runtime.pipeline.start(call) is None
+    assert call.route.name == "backup" and call.permit is not None
+    runtime.hooks.hooks[0] = _Hook(reroute="nowhere")
+    other = _call(runtime)
+    assert runtime.pipeline.start(other) is None
+    assert other.route.name == "payment"
+
+
+async def test_an_open_breaker_refuses(runtime: SidecarRuntime) -> None:
+    breaker = runtime.routes["payment"].breaker
+    assert breaker is not None
+    breaker.force_open()
+    verdict = runtime.pipeline.start(_call(runtime))
+    assert isinstance(verdict, Rejection)
+    assert (verdict.status, verdict.body["circuitState"]) == (503, "open")
+    assert breaker.state is State.OPEN
+
+
+async def test_a_retryable_status_is_retried_for_idempotent_calls_only(
+    runtime: SidecarRuntime,
+) -> None:
+    pipeline = runtime.pipeline
+    get = _call(runtime)
+    assert pipeline.start(get) is None
+    assert pipeline.response(get, 503, []) is True  # recorded, then retried
+    breaker = runtime.routes["payment"].breaker
+    assert breaker is not None and breaker.state is State.OPEN  # threshold 1
+    post = _call(runtime, b"POST")
+    post.route = runtime.routes["backup"]  # a closed breaker to be admitted by
+    assert pipeline.start(post) is None
+    assert pipeline.response(post, 503, []) is False
+
+
+async def test_a_stale_connection_is_replayed_unrecorded_then_fails(
+    runtime: SidecarRuntime,
+) -> None:
+    pipeline = runtime.pipeline
+    call = _call(runtime)
+    assert pipeline.start(call) is None
+    stale = UpstreamReset("payment", "closed", reused=True)
+    assert [pipeline.failed(call, stale) for _ in range(2)] == [REPLAY, REPLAY]
+    assert call.permit is not None  # nothing recorded yet
+    stats = runtime.routes["payment"].stats
+    assert pipeline.failed(call, stale) == FAIL  # the third time it counts; no attempts left
+    assert stats.outcomes["reset"] == 1
+
+
+async def test_a_body_that_cannot_be_resent_is_never_replayed(runtime: SidecarRuntime) -> None:
+    call = _call(runtime, b"PUT", body=True)
+    assert runtime.pipeline.start(call) is None
+    stale = UpstreamReset("payment", "closed", reused=True)
+    assert runtime.pipeline.failed(call, stale) == FAIL  # a body: no retry either
+    stats = runtime.routes["payment"].stats
+    assert (stats.outcomes["reset"], stats.latency_count) == (1, 1)
+
+
+async def test_a_client_that_left_gives_its_permit_back(runtime: SidecarRuntime) -> None:
+    pipeline = runtime.pipeline
+    call = _call(runtime)
+    assert pipeline.start(call) is None
+    permit: Any = call.permit
+    pipeline.cancelled(call)
+    assert call.permit is None and permit is not None
+    pipeline.cancelled(call)  # twice: counted once
+    assert runtime.routes["payment"].stats.outcomes["cancelled"] == 1
+    other = _call(runtime)
+    assert pipeline.start(other) is None
+    pipeline.client_failed(other, "client_timeout")
+    assert runtime.routes["payment"].stats.outcomes["client_timeout"] == 1
+    refused = UpstreamConnectError("payment", "refused")
+    late = _call(runtime)
+    assert pipeline.start(late) is None
+    assert pipeline.failed(late, refused) == RETRY  # recorded: the breaker (threshold 1) opens
+    verdict = pipeline.retry(late)
+    assert isinstance(verdict, Rejection) and late.attempt == 1
