@@ -258,9 +258,11 @@ class ProxyExchange(FixedExchange):
             self.reply(verdict.to_bytes)
 
     def _admitted(self, task: asyncio.Task[Rejection | None]) -> None:
-        if task.cancelled() or self.finished:  # the client left meanwhile
+        if task.cancelled():
             return
-        error = task.exception()
+        error = task.exception()  # retrieved even when unused: no "never retrieved" warning
+        if self.finished:  # the client left meanwhile (the pipeline gave the permit back)
+            return
         if error is not None:
             _admission_errors("breaker admission failed for %s", self.route.name, exc_info=error)
             self.reply(lambda close: error_response(500, "internal error", close))
