@@ -28,6 +28,7 @@ from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
 from cascadebreaker.sidecar.mesh.plugin import install_cascade
 from cascadebreaker.sidecar.proxy.listeners import InboundHandler, OutboundHandler
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.stores.base import Store
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
@@ -81,7 +82,7 @@ def _tracker(limits: LimitsConfig, max_connections: int | None) -> ConnectionTra
 
 
 def build_runtime(
-    config: SidecarConfig, store: Any = None, loop: asyncio.AbstractEventLoop | None = None
+    config: SidecarConfig, store: Store | None = None, loop: asyncio.AbstractEventLoop | None = None
 ) -> SidecarRuntime:
     """The runtime with its plug-ins wired: the cascade, unless `cascade: {enabled: false}`.
 
@@ -98,7 +99,7 @@ def build_runtime(
 class SidecarServer:
     """Owns the runtime and the listeners of one sidecar."""
 
-    def __init__(self, config: SidecarConfig, store: Any = None) -> None:
+    def __init__(self, config: SidecarConfig, store: Store | None = None) -> None:
         self.config = config
         self._store = store
         self.runtime: SidecarRuntime | None = None

@@ -24,12 +24,13 @@ from cascadebreaker.sidecar.proxy.routes import Route
 from cascadebreaker.sidecar.upstream.client import HeadersArg, UpstreamClient
 from cascadebreaker.sidecar.upstream.model import UpstreamResponse, UpstreamTarget
 from cascadebreaker.sidecar.upstream.pool import UpstreamPool
+from cascadebreaker.stores.base import Store
 
 __all__ = ["SidecarRuntime", "build_store"]
 
 
-def build_store(url: str, namespace: str) -> Any:
-    """The breaker store named by `store:` in the config."""
+def build_store(url: str, namespace: str) -> Store:
+    """The breaker store named by `store:` in the config (the library's store port)."""
     if url == "memory":
         return MemoryStore()
     from cascadebreaker.stores.redis import RedisStore  # needs the redis extra
@@ -55,13 +56,15 @@ class SidecarRuntime:
         self,
         config: SidecarConfig,
         loop: asyncio.AbstractEventLoop | None = None,
-        store: Any = None,
+        store: Store | None = None,
     ) -> None:
         self.config = config
         self.service = config.service
         self.via = b"1.1 " + config.service.encode()
         self.loop = loop or asyncio.get_running_loop()
-        self.store = store if store is not None else build_store(config.store, config.service)
+        self.store: Store = (
+            store if store is not None else build_store(config.store, config.service)
+        )
         self.client = UpstreamClient(
             (_target(name, up) for name, up in config.upstreams.items()), self.loop
         )
@@ -161,6 +164,4 @@ class SidecarRuntime:
         self.client.close()
         if self.app_route is not None:
             self.app_route.pool.close()
-        close_store = getattr(self.store, "close", None)
-        if close_store is not None:
-            close_store()  # flushes queued outcomes of a shared store
+        self.store.close()  # flushes queued outcomes of a shared store
