@@ -13,6 +13,9 @@ the next request starts (request smuggling):
 - Content-Length headers that differ, or one that is not a plain number;
 - Transfer-Encoding repeated, or anything but `chunked`;
 - a protocol upgrade request with a body (the parser hands the body to the new protocol).
+
+The chunked coding itself (chunk sizes, extensions, trailers) is llhttp's to parse: a bad chunk
+size is a parse error, answered 400 after the complete requests before it (connection.py).
 """
 
 from __future__ import annotations
