@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
+import logging
+import math
 import random
 import time
 import weakref
@@ -12,28 +13,29 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from .blocks import OpenBlocks, block_frame
 from .core.classify import Classifier, ExceptionPredicate, ResultPredicate
 from .core.config import BreakerConfig, build_policies
 from .core.policies import Backoff, FixedBackoff, TripPolicy
-from .core.state import Admission, Outcome, State
+from .core.state import Admission, Outcome, Reason, State
 from .degraded import FallbackReason, GuardedResult
 from .errors import CircuitOpenError
 from .events import OutcomeListener, TransitionListener
 from .logs import TransitionLogger
 from .permit import Permit
+from .snapshot import BreakerSnapshot
 from .stores.base import BreakerSlot, Clock, Store
 from .stores.memory import MemoryStore
 
 P = ParamSpec("P")
 R = TypeVar("R")
 Fallback = Callable[[FallbackReason], Any]
+log = logging.getLogger("cascadebreaker")
 
-_ADMIT = Admission.ADMIT
 _REJECT = Admission.REJECT
 _PROBE = Admission.PROBE
 _SUCCESS = Outcome.SUCCESS
 _FAILURE = Outcome.FAILURE
-_IGNORED = Outcome.IGNORED
 
 # Every breaker alive in this process, for `cascadebreaker.testing` (reset between tests).
 # Touched once per construction, never on the call path.
@@ -48,9 +50,9 @@ def live_breakers() -> list[CircuitBreaker]:
 class CircuitBreaker:
     """A circuit breaker around calls to one upstream.
 
-    Calls go through `call` / `acall`, the decorator form, `with` / `async with`, `guard` /
-    `aguard` (degraded result, never raises for upstream failures) or `acquire` (a permit for
-    code that records the outcome itself, such as a proxy).
+    Calls go through `call` / `acall`, the decorator form (`@b` or `@b.protect(fallback=...)`),
+    `with` / `async with`, `guard` / `aguard` (degraded result, never raises for upstream
+    failures) or `acquire` (a permit for code that records the outcome itself, such as a proxy).
     State changes are logged at WARNING to `cascadebreaker.transitions` (`log_transitions=False`
     turns that off for this breaker).
     """
@@ -66,6 +68,8 @@ class CircuitBreaker:
         policy: TripPolicy | Sequence[TripPolicy] | None = None,
         backoff: Backoff | None = None,
         max_half_open_time: float | None = None,
+        probe_timeout: float | None = None,
+        half_open_failure_rate: float | None = None,
         record_exceptions: tuple[type[BaseException], ...] = (Exception,),
         ignore_exceptions: tuple[type[BaseException], ...] = (),
         is_failure: ExceptionPredicate | None = None,
@@ -97,6 +101,8 @@ class CircuitBreaker:
             classifier=Classifier(
                 record_exceptions, ignore_exceptions, is_failure, result_is_failure
             ),
+            probe_timeout=probe_timeout,
+            half_open_failure_rate=half_open_failure_rate,
         )
         if store is None:
             store = MemoryStore()
@@ -109,9 +115,8 @@ class CircuitBreaker:
         self._classifier = self.config.classifier
         self._result_check = result_is_failure
         self._clock = clock
-        self._entered: contextvars.ContextVar[list[Permit | None]] = contextvars.ContextVar(
-            f"ccb-permits-{name}-{id(self)}"
-        )
+        self._blocks: OpenBlocks[Permit | int] = OpenBlocks()
+        self._warned_unmatched = False
         for listener in listeners:
             self.add_listener(listener)
         # Breakers of one name and store share a slot: log its transitions once.
@@ -153,8 +158,8 @@ class CircuitBreaker:
         """Call `listener(OutcomeEvent)` after every call (costs the lock-free closed path)."""
         self._slot.add_outcome_listener(listener)
 
-    def snapshot(self) -> dict[str, Any]:
-        """State and counters as a JSON-friendly dict."""
+    def snapshot(self) -> BreakerSnapshot:
+        """State, reason, counters, windows and probes now (read-only; `to_dict()` for JSON)."""
         return self._slot.snapshot()
 
     def __repr__(self) -> str:
@@ -164,27 +169,45 @@ class CircuitBreaker:
 
     def acquire(self) -> Permit:
         """Admit one call or raise CircuitOpenError; record the outcome on the permit."""
-        slot = self._slot
-        admission = _ADMIT if slot.fast else slot.admit()
-        return self._permit(admission)
+        round_ = self._slot.fast
+        return self._fast_permit(round_) if round_ else self._permit(*self._slot.admit())
 
     async def aacquire(self) -> Permit:
         """Async twin of `acquire` (shared stores may ask their server off the closed path)."""
-        slot = self._slot
-        admission = _ADMIT if slot.fast else await slot.aadmit()
-        return self._permit(admission)
+        round_ = self._slot.fast
+        return self._fast_permit(round_) if round_ else self._permit(*await self._slot.aadmit())
 
-    def _permit(self, admission: Admission) -> Permit:
+    def _fast_permit(self, round_: int) -> Permit:
+        return Permit(self._slot, self._classifier, False, 0.0, round_, 0)
+
+    def _permit(self, admission: Admission, round_: int, ticket: int) -> Permit:
         if admission is _REJECT:
             self._slot.rejected()
             raise self._open_error()
         slot = self._slot
-        return Permit(
-            slot, self._classifier, admission is _PROBE, slot.clock() if slot.timed else 0.0
-        )
+        start = slot.clock() if slot.timed else 0.0
+        return Permit(slot, self._classifier, admission is _PROBE, start, round_, ticket)
+
+    def _admitted(self, admission: Admission, round_: int, ticket: int) -> Permit | None:
+        """A permit for an admitted call, None for a rejected one (not counted yet)."""
+        if admission is _REJECT:
+            return None
+        slot = self._slot
+        start = slot.clock() if slot.timed else 0.0
+        return Permit(slot, self._classifier, admission is _PROBE, start, round_, ticket)
 
     def _open_error(self) -> CircuitOpenError:
-        return CircuitOpenError(self.name, self.state, self._slot.retry_after())
+        slot = self._slot
+        m = slot.machine
+        return CircuitOpenError(
+            self.name,
+            m.visible_state,
+            slot.retry_after(),
+            m.refusal,
+            slot.last_failure,
+            slot.scope,
+            m.detail,
+        )
 
     # -- sync calls --------------------------------------------------------------------------
 
@@ -193,13 +216,14 @@ class CircuitBreaker:
     ) -> R:
         """Run `fn(*args, **kwargs)` through the breaker."""
         slot = self._slot
-        if slot.fast:
+        round_ = slot.fast
+        if round_:
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
-                return self._failed(exc, False, 0.0, fallback)  # type: ignore[no-any-return]
+                return self._failed(exc, self._fast_permit(round_), fallback)  # type: ignore[no-any-return]
             if slot.dirty or self._result_check is not None:
-                return self._settle(result, False, 0.0, fallback)  # type: ignore[no-any-return]
+                return self._settle(result, self._fast_permit(round_), fallback)  # type: ignore[no-any-return]
             slot.successes += 1
             return result
         return self._call_slow(fn, args, kwargs, fallback)  # type: ignore[no-any-return]
@@ -207,40 +231,33 @@ class CircuitBreaker:
     def _call_slow(
         self, fn: Callable[..., Any], args: Any, kwargs: Any, fallback: Fallback | None
     ) -> Any:
-        slot = self._slot
-        admission = slot.admit()
-        if admission is _REJECT:
+        permit = self._admitted(*self._slot.admit())
+        if permit is None:
             return self._reject(fallback)
-        probe = admission is _PROBE
-        start = slot.clock() if slot.timed else 0.0
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            return self._failed(exc, probe, start, fallback)
-        return self._settle(result, probe, start, fallback)
+            return self._failed(exc, permit, fallback)
+        return self._settle(result, permit, fallback)
 
     def guard(
         self, fn: Callable[..., R], /, *args: Any, fallback: Fallback | None = None, **kwargs: Any
     ) -> GuardedResult[R]:
         """Run `fn` and return a GuardedResult; upstream failures become degraded results."""
         slot = self._slot
-        admission = _ADMIT if slot.fast else slot.admit()
-        if admission is _REJECT:
+        round_ = slot.fast
+        permit = self._fast_permit(round_) if round_ else self._admitted(*slot.admit())
+        if permit is None:
             slot.rejected()
             return self._degraded(None, fallback)
-        probe = admission is _PROBE
-        start = slot.clock() if slot.timed else 0.0
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            outcome = self._record_exception(exc, probe, start)
-            if outcome is _IGNORED and not isinstance(exc, Exception):
+            if permit.settle_exception(exc) is not _FAILURE:
                 raise
-            if outcome is not _FAILURE:
-                raise
-            return self._degraded(exc, fallback)
-        if self._classified_result(result, probe, start) is _FAILURE:
-            return self._degraded(None, fallback, data=result, failed_result=True)
+            return self._degraded(exc, fallback, ran=True)
+        if permit.settle_result(result) is _FAILURE:
+            return self._degraded(None, fallback, data=result, ran=True)
         return GuardedResult(result, False, self.state, None)
 
     # -- async calls -------------------------------------------------------------------------
@@ -255,13 +272,14 @@ class CircuitBreaker:
     ) -> R:
         """Await `fn(*args, **kwargs)` through the breaker."""
         slot = self._slot
-        if slot.fast:
+        round_ = slot.fast
+        if round_:
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
-                return await self._afailed(exc, False, 0.0, fallback)  # type: ignore[no-any-return]
+                return await self._afailed(exc, self._fast_permit(round_), fallback)  # type: ignore[no-any-return]
             if slot.dirty or self._result_check is not None:
-                return await self._asettle(result, False, 0.0, fallback)  # type: ignore[no-any-return]
+                return await self._asettle(result, self._fast_permit(round_), fallback)  # type: ignore[no-any-return]
             slot.successes += 1
             return result
         return await self._acall_slow(fn, args, kwargs, fallback)  # type: ignore[no-any-return]
@@ -269,17 +287,14 @@ class CircuitBreaker:
     async def _acall_slow(
         self, fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any, fallback: Fallback | None
     ) -> Any:
-        slot = self._slot
-        admission = await slot.aadmit()
-        if admission is _REJECT:
+        permit = self._admitted(*await self._slot.aadmit())
+        if permit is None:
             return await self._areject(fallback)
-        probe = admission is _PROBE
-        start = slot.clock() if slot.timed else 0.0
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            return await self._afailed(exc, probe, start, fallback)
-        return await self._asettle(result, probe, start, fallback)
+            return await self._afailed(exc, permit, fallback)
+        return await self._asettle(result, permit, fallback)
 
     async def aguard(
         self,
@@ -291,23 +306,22 @@ class CircuitBreaker:
     ) -> GuardedResult[R]:
         """Async twin of `guard`."""
         slot = self._slot
-        admission = _ADMIT if slot.fast else await slot.aadmit()
-        if admission is _REJECT:
+        round_ = slot.fast
+        permit = self._fast_permit(round_) if round_ else self._admitted(*await slot.aadmit())
+        if permit is None:
             slot.rejected()
             return await self._adegraded(None, fallback)
-        probe = admission is _PROBE
-        start = slot.clock() if slot.timed else 0.0
         try:
             result = await fn(*args, **kwargs)
         except BaseException as exc:
-            if self._record_exception(exc, probe, start) is not _FAILURE:
+            if permit.settle_exception(exc) is not _FAILURE:
                 raise
-            return await self._adegraded(exc, fallback)
-        if self._classified_result(result, probe, start) is _FAILURE:
-            return await self._adegraded(None, fallback, data=result, failed_result=True)
+            return await self._adegraded(exc, fallback, ran=True)
+        if permit.settle_result(result) is _FAILURE:
+            return await self._adegraded(None, fallback, data=result, ran=True)
         return GuardedResult(result, False, self.state, None)
 
-    # -- decorator and context managers ------------------------------------------------------
+    # -- decorator -------------------------------------------------------------------------
 
     @overload
     def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]: ...
@@ -315,47 +329,69 @@ class CircuitBreaker:
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]: ...
     def __call__(self, fn: Callable[P, Any]) -> Callable[P, Any]:
         """Decorate a function or coroutine function so every call goes through the breaker."""
+        return self._wrap(fn, None)
+
+    @overload
+    def protect(self, fn: Callable[P, R], /) -> Callable[P, R]: ...
+    @overload
+    def protect(
+        self, fn: None = None, /, *, fallback: Fallback | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    def protect(self, fn: Any = None, /, *, fallback: Fallback | None = None) -> Any:
+        """Decorator with options: `@b.protect(fallback=f)` returns `f(FallbackReason)` (awaited
+        when it is a coroutine function and the decorated function is async) instead of raising
+        when the call is rejected or fails. `@b.protect` alone is `@b`."""
+        if fn is not None:
+            return self._wrap(fn, fallback)
+        return lambda f: self._wrap(f, fallback)
+
+    def _wrap(self, fn: Callable[P, Any], fallback: Fallback | None) -> Callable[P, Any]:
         # The wrappers inline the closed fast path; the decorated function may itself take a
         # `fallback` argument, so they never route through call()'s keyword.
         slot = self._slot
-        failed, settle = self._failed, self._settle
+        failed, settle, fast_permit = self._failed, self._settle, self._fast_permit
         if inspect.iscoroutinefunction(fn):
             afailed, asettle, acall_slow = self._afailed, self._asettle, self._acall_slow
 
             @functools.wraps(fn)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                if slot.fast:
+                round_ = slot.fast
+                if round_:
                     try:
                         result = await fn(*args, **kwargs)
                     except BaseException as exc:
-                        return await afailed(exc, False, 0.0, None)
+                        return await afailed(exc, fast_permit(round_), fallback)
                     if slot.dirty or self._result_check is not None:
-                        return await asettle(result, False, 0.0, None)
+                        return await asettle(result, fast_permit(round_), fallback)
                     slot.successes += 1
                     return result
-                return await acall_slow(fn, args, kwargs, None)
+                return await acall_slow(fn, args, kwargs, fallback)
 
             return async_wrapper
         call_slow = self._call_slow
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            if slot.fast:
+            round_ = slot.fast
+            if round_:
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:
-                    return failed(exc, False, 0.0, None)
+                    return failed(exc, fast_permit(round_), fallback)
                 if slot.dirty or self._result_check is not None:
-                    return settle(result, False, 0.0, None)
+                    return settle(result, fast_permit(round_), fallback)
                 slot.successes += 1
                 return result
-            return call_slow(fn, args, kwargs, None)
+            return call_slow(fn, args, kwargs, fallback)
 
         return wrapper
 
+    # -- context managers: each block settles the permit it acquired (see blocks.py) --------
+
     def __enter__(self) -> CircuitBreaker:
-        # On the closed fast path no Permit is built: None on the stack marks a fast entry.
-        self._push(None if self._slot.fast else self.acquire())
+        round_ = self._slot.fast
+        # On the closed fast path no Permit is built: the block keeps just its round.
+        self._blocks.push(block_frame(1), round_ if round_ else self.acquire())
         return self
 
     def __exit__(
@@ -364,10 +400,12 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._finish(exc)
+        self._finish(block_frame(1), exc)
 
     async def __aenter__(self) -> CircuitBreaker:
-        self._push(None if self._slot.fast else await self.aacquire())
+        frame = block_frame(1)
+        round_ = self._slot.fast
+        self._blocks.push(frame, round_ if round_ else await self.aacquire())
         return self
 
     async def __aexit__(
@@ -376,85 +414,83 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._finish(exc)
+        self._finish(block_frame(1), exc)
 
-    def _push(self, permit: Permit | None) -> None:
-        stack = self._entered.get(None)
-        if stack is None:
-            stack = []
-            self._entered.set(stack)
-        stack.append(permit)
-
-    def _finish(self, exc: BaseException | None) -> None:
-        permit = self._entered.get().pop()
-        if permit is not None:
-            permit.success() if exc is None else permit.failure(exc)
-        elif exc is not None:
-            self._record_exception(exc, False, 0.0)
-        elif self._slot.dirty:
-            self._slot.record(_SUCCESS, False, 0.0)
+    def _finish(self, frame: Any, exc: BaseException | None) -> None:
+        found, entry = self._blocks.pop(frame)
+        if not found:
+            self._unmatched_exit()
+            entry = Permit(self._slot, self._classifier, False, 0.0)  # the current round
+        if isinstance(entry, Permit):
+            permit = entry
+        elif exc is None and not self._slot.dirty and self._slot.fast == entry:
+            self._slot.successes += 1  # the lock-free path: nothing to reset
+            return
         else:
-            self._slot.successes += 1
+            permit = self._fast_permit(entry)  # type: ignore[arg-type]
+        if exc is None:
+            permit.success()
+        else:
+            permit.settle_exception(exc)
+
+    def _unmatched_exit(self) -> None:
+        if not self._warned_unmatched:
+            self._warned_unmatched = True
+            log.warning(
+                "breaker %r: a `with` block exited in another function than it entered; its "
+                "outcome counts for the current round (hold a permit from acquire() instead)",
+                self.name,
+            )
 
     # -- shared outcome handling -------------------------------------------------------------
 
-    def _duration(self, start: float) -> float:
-        return self._slot.clock() - start if self._slot.timed else 0.0
+    def _fallback_reason(self, exc: BaseException | None, ran: bool) -> FallbackReason:
+        slot = self._slot
+        m = slot.machine
+        return FallbackReason(
+            self.name,
+            m.visible_state,
+            exc,
+            slot.retry_after(),
+            Reason.CALL_FAILED if ran else m.refusal,
+            slot.last_failure,
+            slot.scope,
+        )
 
-    def _record_exception(self, exc: BaseException, probe: bool, start: float) -> Outcome:
-        try:
-            outcome = self._classifier.exception(exc)
-        except Exception:  # a broken predicate counts the call as failed, then surfaces
-            self._slot.record(_FAILURE, probe, self._duration(start))
-            raise
-        self._slot.record(outcome, probe, self._duration(start))
-        return outcome
-
-    def _classified_result(self, result: object, probe: bool, start: float) -> Outcome:
-        outcome = self._classifier.result(result) if self._result_check is not None else _SUCCESS
-        self._slot.record(outcome, probe, self._duration(start))
-        return outcome
-
-    def _failed(
-        self, exc: BaseException, probe: bool, start: float, fallback: Fallback | None
-    ) -> Any:
-        if self._record_exception(exc, probe, start) is _FAILURE and fallback is not None:
-            return fallback(FallbackReason(self.name, self.state, exc))
+    def _failed(self, exc: BaseException, permit: Permit, fallback: Fallback | None) -> Any:
+        if permit.settle_exception(exc) is _FAILURE and fallback is not None:
+            return fallback(self._fallback_reason(exc, ran=True))
         raise exc
 
-    def _settle(self, result: Any, probe: bool, start: float, fallback: Fallback | None) -> Any:
-        if self._classified_result(result, probe, start) is _FAILURE and fallback is not None:
-            return fallback(FallbackReason(self.name, self.state, None))
+    def _settle(self, result: Any, permit: Permit, fallback: Fallback | None) -> Any:
+        if permit.settle_result(result) is _FAILURE and fallback is not None:
+            return fallback(self._fallback_reason(None, ran=True))
         return result
 
     def _reject(self, fallback: Fallback | None) -> Any:
         self._slot.rejected()
         if fallback is None:
             raise self._open_error()
-        return fallback(FallbackReason(self.name, self.state, None, self._slot.retry_after()))
+        return fallback(self._fallback_reason(None, ran=False))
 
     def _degraded(
         self,
         exc: BaseException | None,
         fallback: Fallback | None,
         data: Any = None,
-        failed_result: bool = False,
+        ran: bool = False,
     ) -> GuardedResult[Any]:
-        reason = FallbackReason(self.name, self.state, exc, self._slot.retry_after())
+        reason = self._fallback_reason(exc, ran)
         if fallback is not None:
             data = fallback(reason)
-        text = f"upstream '{self.name}' returned a failed result" if failed_result else None
-        return GuardedResult(data, True, self.state, text or reason.describe())
+        retry = None if math.isinf(reason.retry_after) else reason.retry_after
+        return GuardedResult(data, True, self.state, reason.describe(), retry, reason.reason)
 
-    async def _afailed(
-        self, exc: BaseException, probe: bool, start: float, fallback: Fallback | None
-    ) -> Any:
-        return await _maybe_await(self._failed(exc, probe, start, fallback))
+    async def _afailed(self, exc: BaseException, permit: Permit, fallback: Fallback | None) -> Any:
+        return await _maybe_await(self._failed(exc, permit, fallback))
 
-    async def _asettle(
-        self, result: Any, probe: bool, start: float, fallback: Fallback | None
-    ) -> Any:
-        return await _maybe_await(self._settle(result, probe, start, fallback))
+    async def _asettle(self, result: Any, permit: Permit, fallback: Fallback | None) -> Any:
+        return await _maybe_await(self._settle(result, permit, fallback))
 
     async def _areject(self, fallback: Fallback | None) -> Any:
         return await _maybe_await(self._reject(fallback))
@@ -464,11 +500,18 @@ class CircuitBreaker:
         exc: BaseException | None,
         fallback: Fallback | None,
         data: Any = None,
-        failed_result: bool = False,
+        ran: bool = False,
     ) -> GuardedResult[Any]:
-        result = self._degraded(exc, fallback, data, failed_result)
+        result = self._degraded(exc, fallback, data, ran)
         if inspect.isawaitable(result.data):
-            return GuardedResult(await result.data, True, result.circuit_state, result.reason)
+            return GuardedResult(
+                await result.data,
+                True,
+                result.circuit_state,
+                result.reason,
+                result.retry_after,
+                result.reason_code,
+            )
         return result
 
 

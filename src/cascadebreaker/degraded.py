@@ -2,31 +2,44 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .core.state import State
+from .core.classify import FailureInfo
+from .core.state import Reason, Scope, State
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class FallbackReason:
-    """Why a fallback runs: the circuit state, and the exception (None when rejected unrun)."""
+    """Why a fallback runs: the circuit state, the exception (None when rejected unrun or when a
+    returned value was classified as a failure), and the breaker's reason.
+
+    `reason` is a Reason code: `call_failed` when the call ran and failed, else why the circuit
+    refused it (`consecutive_failures`, `failure_rate`, `probe_budget`, `forced_open`, ...).
+    `last_failure` is the failure that counted last (for a rejection: what opened the circuit).
+    """
 
     breaker: str
     state: State
     exception: BaseException | None
     retry_after: float = 0.0
+    reason: str = ""
+    last_failure: FailureInfo | None = None
+    scope: Scope = Scope.LOCAL
 
     @property
     def rejected(self) -> bool:
         """True when the call never ran (circuit open or probes busy)."""
-        return self.exception is None
+        return self.exception is None and self.reason != Reason.CALL_FAILED
 
     def describe(self) -> str:
         """A short human-readable reason, safe to show to a front end."""
         if self.exception is None:
+            if self.reason == Reason.CALL_FAILED:
+                return f"upstream '{self.breaker}' returned a failed result"
             return f"circuit {self.state.value}: upstream '{self.breaker}' not called"
         return f"upstream '{self.breaker}' failed: {type(self.exception).__name__}"
 
@@ -36,18 +49,27 @@ class GuardedResult(Generic[T]):
     """The outcome of `guard`: data plus whether it is degraded (fallback or nothing).
 
     A call that succeeds and returns None is *not* degraded: None can be a legitimate answer.
+    `retry_after` is how many seconds until the breaker admits calls again (0.0: now; None: only
+    an operator can close it), so a front end can schedule its retry instead of polling;
+    `reason_code` is the FallbackReason's code (None when not degraded).
     """
 
     data: T | None
     is_degraded: bool
     circuit_state: State
     reason: str | None = None
+    retry_after: float | None = 0.0
+    reason_code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape front ends consume: data, isDegraded, circuitState, reason."""
+        """The JSON shape front ends consume: data, isDegraded, circuitState, reason,
+        reasonCode, retryAfter (seconds, null when only an operator can close the circuit)."""
+        retry = self.retry_after
         return {
             "data": self.data,
             "isDegraded": self.is_degraded,
             "circuitState": self.circuit_state.value,
             "reason": self.reason,
+            "reasonCode": self.reason_code,
+            "retryAfter": None if retry is None or math.isinf(retry) else round(retry, 3),
         }

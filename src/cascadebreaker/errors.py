@@ -10,8 +10,10 @@ Store errors (Redis down) are never raised to callers; the breaker falls back to
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from .core.state import State
+from .core.classify import FailureInfo
+from .core.state import Scope, State
 
 
 class CascadeBreakerError(Exception):
@@ -19,14 +21,45 @@ class CascadeBreakerError(Exception):
 
 
 class CircuitOpenError(CascadeBreakerError):
-    """The breaker rejected the call without running it."""
+    """The breaker rejected the call without running it.
 
-    def __init__(self, name: str, state: State, retry_after: float) -> None:
+    `reason` is a Reason code (why it is open: `consecutive_failures`, `failure_rate`,
+    `probe_failed`, `forced_open`, or `probe_budget` while half-open probes are all out),
+    `last_failure` the failure that counted last, `scope` whether the state is this process's
+    own (`local`) or the fleet's (`shared`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        state: State,
+        retry_after: float,
+        reason: str = "",
+        last_failure: FailureInfo | None = None,
+        scope: Scope = Scope.LOCAL,
+        detail: str = "",
+    ) -> None:
         self.name = name
         self.state = state
         self.retry_after = retry_after
+        self.reason = reason
+        self.last_failure = last_failure
+        self.scope = scope
+        self.detail = detail
         wait = "until reset" if math.isinf(retry_after) else f"retry in {retry_after:.3f}s"
-        super().__init__(f"circuit '{name}' is {state.value}: call rejected, {wait}")
+        why = f" ({reason}{', ' + scope.value if scope is Scope.LOCAL else ''})" if reason else ""
+        super().__init__(f"circuit '{name}' is {state.value}{why}: call rejected, {wait}")
 
-    def __reduce__(self) -> tuple[type[CircuitOpenError], tuple[str, State, float]]:
-        return (CircuitOpenError, (self.name, self.state, self.retry_after))
+    def __reduce__(self) -> tuple[type[CircuitOpenError], tuple[Any, ...]]:
+        return (
+            CircuitOpenError,
+            (
+                self.name,
+                self.state,
+                self.retry_after,
+                self.reason,
+                self.last_failure,
+                self.scope,
+                self.detail,
+            ),
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .core.state import Outcome, State
+from .core.state import Outcome, Scope, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,9 +15,11 @@ class TransitionEvent:
     name: str
     from_state: State
     to_state: State
-    reason: str
+    reason: str  # a Reason code: consecutive_failures, probe_failed, open_wait_over, reset, ...
     at: float  # the breaker's clock
     version: int
+    detail: str = ""  # for people: "5 consecutive failures"
+    scope: Scope = Scope.LOCAL  # SHARED: the fleet's state (a shared store), LOCAL: ours alone
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
         return f"{time.monotonic() - start:6.2f}s"
 
     def on_transition(event: TransitionEvent) -> None:
-        print(f"{stamp()}  ** {event.from_state} -> {event.to_state} ({event.reason})")
+        print(
+            f"{stamp()}  ** {event.from_state} -> {event.to_state} ({event.detail or event.reason})"
+        )
 
     breaker = CircuitBreaker(
         "pricing",

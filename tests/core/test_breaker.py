@@ -246,6 +246,8 @@ def test_guard_returns_degraded_results_and_never_raises_upstream_errors(
         "isDegraded": False,
         "circuitState": "CLOSED",
         "reason": None,
+        "reasonCode": None,
+        "retryAfter": 0.0,
     }
     failed = breaker.guard(boom, fallback=lambda r: {"items": []})
     assert failed.is_degraded and failed.data == {"items": []}

@@ -14,6 +14,7 @@ from cascadebreaker.core import (
     FailureRate,
     FixedBackoff,
     Outcome,
+    Reason,
     SlowCallRate,
     State,
     TimeWindow,
@@ -33,7 +34,8 @@ def test_consecutive_failures_trip_and_success_resets_the_run() -> None:
     assert m.state is State.CLOSED  # the success broke the run: the article's bug is not ours
     (t,) = m.record(0.0, F, probe=False)
     assert (t.from_state, t.to_state) == (State.CLOSED, State.OPEN)
-    assert "3 consecutive failures" in t.reason
+    assert t.reason == Reason.CONSECUTIVE_FAILURES == "consecutive_failures"
+    assert t.detail == "3 consecutive failures"
 
 
 def test_open_rejects_until_wait_is_over_then_half_open_admits_exactly_the_probe_budget() -> None:
@@ -91,7 +93,8 @@ def test_count_window_failure_rate_waits_for_minimum_calls() -> None:
     for outcome in (F, F, F):
         assert m.record(0.0, outcome, probe=False) == ()
     (t,) = m.record(0.0, S, probe=False)  # 3/4 failed
-    assert t.to_state is State.OPEN and "failures 3/4" in t.reason
+    assert t.to_state is State.OPEN and t.reason == "failure_rate"
+    assert "failures 3/4" in t.detail
 
 
 def test_count_window_slides() -> None:
@@ -125,7 +128,8 @@ def test_slow_calls_trip_at_their_own_rate() -> None:
     for d in (0.1, 2.0, 0.1):
         assert m.record(0.0, S, probe=False, duration=d) == ()
     (t,) = m.record(0.0, S, probe=False, duration=1.5)
-    assert t.to_state is State.OPEN and "slow calls 2/4" in t.reason
+    assert t.to_state is State.OPEN and t.reason == "slow_call_rate"
+    assert "slow calls 2/4" in t.detail
 
 
 def test_exponential_backoff_grows_caps_and_resets_on_close() -> None:

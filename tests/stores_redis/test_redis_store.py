@@ -99,9 +99,10 @@ def test_a_late_write_never_overwrites_a_newer_state(redis_stores: MakeStore) ->
     eventually(lambda: shared(store).get("state") == "CLOSED")
     newer = int(shared(store)["version"])
     # A trip decided under an older version, and a probe result from an older round, are no-ops.
-    trip = RemoteState.from_reply(store.run("trip", slot, (stale, 1000, "late", 0)))
+    trip = RemoteState.from_reply(store.run("trip", slot, (stale, 1000, "late", 0, "", "")))
     assert trip.state is State.CLOSED and trip.version == newer
-    probe = RemoteState.from_reply(store.run("probe", slot, (stale, "S", 1, 1000)))
+    probe_args = (stale, "S", 0, 1, 1, 1, 0, 0, 1000, "")
+    probe = RemoteState.from_reply(store.run("probe", slot, probe_args))
     assert probe.state is State.CLOSED and probe.version == newer
 
 
@@ -225,7 +226,7 @@ def test_members_without_a_consecutive_policy_never_report_counts(
 def test_a_view_that_drifted_is_corrected_by_the_next_admission(redis_stores: MakeStore) -> None:
     store = redis_stores()
     breaker = CircuitBreaker("upstream", failure_threshold=1, recovery_timeout=0.1, store=store)
-    store.send_trip = lambda slot, reason: None  # type: ignore[method-assign]  # push lost
+    store.send_trip = lambda *args: None  # type: ignore[method-assign]  # the push is lost
     fail(breaker)
     assert breaker.state is State.OPEN and shared(store)["state"] == "CLOSED"
     eventually(lambda: breaker.retry_after == 0.0)

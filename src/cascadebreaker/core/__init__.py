@@ -1,6 +1,6 @@
 """Pure core: state machine, policies, windows, classification. No I/O; the clock is injected."""
 
-from .classify import Classifier
+from .classify import Classifier, FailureInfo
 from .config import BreakerConfig, build_policies
 from .machine import BreakerMachine
 from .policies import (
@@ -12,7 +12,7 @@ from .policies import (
     SlowCallRate,
     TripPolicy,
 )
-from .state import Admission, Mode, Outcome, State, Transition
+from .state import Admission, Mode, Outcome, Reason, Scope, State, Transition
 from .windows import CountWindow, TimeWindow
 
 __all__ = [
@@ -24,10 +24,13 @@ __all__ = [
     "ConsecutiveFailures",
     "CountWindow",
     "ExponentialBackoff",
+    "FailureInfo",
     "FailureRate",
     "FixedBackoff",
     "Mode",
     "Outcome",
+    "Reason",
+    "Scope",
     "SlowCallRate",
     "State",
     "TimeWindow",

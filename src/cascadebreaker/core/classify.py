@@ -15,6 +15,42 @@ from .state import Outcome
 ExceptionPredicate = Callable[[BaseException], bool]
 ResultPredicate = Callable[[Any], bool]
 
+_MESSAGE_LIMIT = 200  # a failure's message is for people; keep stores and payloads small
+
+
+@dataclass(frozen=True, slots=True)
+class FailureInfo:
+    """A failure as a breaker remembers it: the exception type (or result type) and message."""
+
+    type: str
+    message: str
+
+    @classmethod
+    def of_exception(cls, exc: BaseException) -> FailureInfo:
+        """Describe a raised exception."""
+        return cls(type(exc).__name__, _clip(str(exc)))
+
+    @classmethod
+    def of_result(cls, value: object) -> FailureInfo:
+        """Describe a returned value classified as a failure (an HTTP 503 response)."""
+        return cls(type(value).__name__, _clip(repr(value)))
+
+    @classmethod
+    def parse(cls, text: str) -> FailureInfo | None:
+        """Read the `describe()` form back (how shared stores carry it); None for ''."""
+        if not text:
+            return None
+        kind, _, message = text.partition(": ")
+        return cls(kind, message)
+
+    def describe(self) -> str:
+        """'Type: message', or just the type when there is no message."""
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 1] + "…"
+
 
 @dataclass(frozen=True, slots=True)
 class Classifier:

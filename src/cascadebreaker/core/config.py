@@ -6,7 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .classify import Classifier
-from .policies import Backoff, ConsecutiveFailures, FixedBackoff, TripPolicy
+from .policies import Backoff, ConsecutiveFailures, FixedBackoff, SlowCallRate, TripPolicy
+
+# A probe that has not reported after this long (or after the first open wait, if longer) is
+# presumed lost and its slot is given to a new probe: a half-open circuit can never wedge.
+MIN_PROBE_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,9 +21,11 @@ class BreakerConfig:
     backoff: Backoff = FixedBackoff(30.0)
     half_open_max_calls: int = 1
     success_threshold: int = 1  # probe successes needed to close; <= half_open_max_calls
-    max_half_open_time: float | None = None  # reopen if half-open lasts longer (lost probes)
+    max_half_open_time: float | None = None  # reopen if half-open lasts longer
     metrics_only: bool = False  # observe and transition, never reject
     classifier: Classifier = field(default_factory=Classifier)
+    probe_timeout: float | None = None  # None: max(MIN_PROBE_TIMEOUT, the first open wait)
+    half_open_failure_rate: float | None = None  # judge a round of probes by their failure rate
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -36,13 +42,38 @@ class BreakerConfig:
                 f"success_threshold must be <= half_open_max_calls "
                 f"({self.half_open_max_calls}), got {self.success_threshold!r}"
             )
-        if self.max_half_open_time is not None and not self.max_half_open_time > 0:
-            raise ValueError(f"max_half_open_time must be > 0, got {self.max_half_open_time!r}")
+        for setting, value in (
+            ("max_half_open_time", self.max_half_open_time),
+            ("probe_timeout", self.probe_timeout),
+        ):
+            if value is not None and not (_is_number(value) and value > 0):
+                raise ValueError(f"{setting} must be a number > 0, got {value!r}")
+        rate = self.half_open_failure_rate
+        if rate is not None and not (_is_number(rate) and 0.0 < rate <= 1.0):
+            raise ValueError(f"half_open_failure_rate must be in (0, 1], got {rate!r}")
 
     @property
     def needs_duration(self) -> bool:
         """True when some policy judges call durations."""
         return any(p.needs_duration for p in self.policies)
+
+    @property
+    def probe_lease(self) -> float:
+        """Seconds after which an unreported probe's slot is given to a new probe."""
+        if self.probe_timeout is not None:
+            return self.probe_timeout
+        return max(MIN_PROBE_TIMEOUT, self.backoff.delay(1, 0.5))
+
+    @property
+    def probe_slow_after(self) -> float | None:
+        """A probe at least this slow counts as slow (the shortest slow-call duration)."""
+        slow = [p.duration for p in self.policies if isinstance(p, SlowCallRate)]
+        return min(slow) if slow else None
+
+    @property
+    def probe_slow_rate(self) -> float:
+        """Share of slow probes in a round that reopens the circuit (window mode)."""
+        return min((p.rate for p in self.policies if isinstance(p, SlowCallRate)), default=1.0)
 
     @property
     def consecutive_only(self) -> bool:
@@ -60,6 +91,10 @@ def build_policies(
     if isinstance(policy, TripPolicy):
         return (policy,)
     return tuple(policy)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _int_at_least(setting: str, value: object, low: int) -> None:

@@ -2,6 +2,11 @@
 
 Drivers (the CircuitBreaker facade, the stores) hold the lock, read the clock, call `admit` and
 `record`, and act on the Admission and Transitions returned (tenacity's `iter()` habit).
+
+Rounds: every transition starts a new round (`round`, never reused, never decreasing). A caller
+keeps the round its call was admitted in and passes it back with the outcome: an outcome from
+any other round is stale and changes nothing (a call that started before a trip, a probe of an
+earlier half-open round).
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from collections.abc import Callable
 
 from .config import BreakerConfig
 from .policies import TripTracker
-from .state import Admission, Mode, Outcome, State, Transition
+from .probes import ProbeRound
+from .state import Admission, Mode, Outcome, Reason, State, Transition
 
 NO_TRANSITIONS: tuple[Transition, ...] = ()
 
@@ -22,15 +28,16 @@ class BreakerMachine:
 
     __slots__ = (
         "config",
+        "detail",
         "half_open_since",
         "jitter",
         "mode",
         "open_until",
         "opened_at",
         "opens",
-        "probe_successes",
-        "probes_admitted",
+        "probes",
         "reason",
+        "round",
         "state",
         "trackers",
         "version",
@@ -41,20 +48,25 @@ class BreakerMachine:
         self.jitter = jitter
         self.state = State.CLOSED
         self.mode = Mode.NORMAL
-        self.version = 0
-        self.reason = ""
+        self.version = 0  # orders states shared between processes (a store may set it)
+        self.round = 1  # this machine's own epoch: +1 on every transition, never reused
+        self.reason: str = ""
+        self.detail = ""
         self.opened_at = 0.0
         self.open_until = 0.0
         self.opens = 0  # consecutive openings without a close, for the backoff
         self.half_open_since = 0.0
-        self.probes_admitted = 0
-        self.probe_successes = 0
+        self.probes = ProbeRound(config)
         self.trackers: list[TripTracker] = [p.tracker() for p in config.policies]
 
     # -- decisions -------------------------------------------------------------------------
 
     def admit(self, now: float) -> tuple[Admission, tuple[Transition, ...]]:
-        """May a call start now? Moves OPEN → HALF_OPEN when the wait is over."""
+        """May a call start now? Moves OPEN → HALF_OPEN when the wait is over.
+
+        A PROBE's ticket is `probes.issued` right after this returns (read it under the same
+        lock); the round is `round`.
+        """
         if self.mode is Mode.DISABLED:
             return Admission.ADMIT, NO_TRANSITIONS
         if self.mode is Mode.FORCED_OPEN:
@@ -68,28 +80,41 @@ class BreakerMachine:
                 return self._rejected(), NO_TRANSITIONS
             transitions = (self._to_half_open(now),)
         elif self._half_open_expired(now):
-            return self._rejected(), (self._to_open(now, "half-open for too long"),)
-        if self.probes_admitted < self.config.half_open_max_calls:
-            self.probes_admitted += 1
+            cap = self.config.max_half_open_time
+            moved = self._to_open(now, Reason.HALF_OPEN_TIMEOUT, f"half-open for {cap}s")
+            return self._rejected(), (moved,)
+        if self.probes.take(now):
             return Admission.PROBE, transitions
         return self._rejected(), transitions
 
     def record(
-        self, now: float, outcome: Outcome, probe: bool, duration: float = 0.0
+        self,
+        now: float,
+        outcome: Outcome,
+        probe: bool,
+        duration: float = 0.0,
+        admitted_in: int = 0,
+        ticket: int = 0,
     ) -> tuple[Transition, ...]:
-        """Account for a finished call that `admit` let through."""
-        if self.mode is not Mode.NORMAL:
+        """Account for a finished call admitted in round `admitted_in` (0: the current round).
+
+        An outcome from another round changes nothing. `ticket` is a probe's ticket.
+        """
+        if self.mode is not Mode.NORMAL or (admitted_in and admitted_in != self.round):
             return NO_TRANSITIONS
         if probe:
-            return self._record_probe(now, outcome)
+            return self._record_probe(now, outcome, duration, ticket)
         if self.state is not State.CLOSED or outcome is Outcome.IGNORED:
-            return NO_TRANSITIONS  # started before a trip, or not countable
+            return NO_TRANSITIONS  # not countable
         failed = outcome is Outcome.FAILURE
-        why = None
+        tripped: TripTracker | None = None
+        detail = ""
         for tracker in self.trackers:
-            why = tracker.record(now, failed, duration) or why
-        if why is not None:
-            return (self._to_open(now, why),)
+            why = tracker.record(now, failed, duration)
+            if why is not None:
+                tripped, detail = tracker, why
+        if tripped is not None:
+            return (self._to_open(now, tripped.reason, detail),)
         return NO_TRANSITIONS
 
     def retry_after(self, now: float) -> float:
@@ -99,8 +124,12 @@ class BreakerMachine:
         if self.state is State.OPEN:
             return max(0.0, self.open_until - now)
         if self.state is State.HALF_OPEN:
+            # A probe may report any moment; a lost one's slot frees when its lease runs out.
+            wait = min(1.0, self.probes.lease_left(now))
             cap = self.config.max_half_open_time
-            return max(0.0, self.half_open_since + cap - now) if cap is not None else 1.0
+            if cap is not None and wait > 0.0:
+                wait = min(wait, max(0.0, self.half_open_since + cap - now))
+            return wait
         return 0.0
 
     @property
@@ -112,32 +141,53 @@ class BreakerMachine:
             return State.OPEN
         return self.state
 
+    @property
+    def refusal(self) -> str:
+        """The reason code a refused call is given."""
+        if self.mode is Mode.FORCED_OPEN:
+            return Reason.FORCED_OPEN
+        if self.state is State.HALF_OPEN:
+            return Reason.PROBE_BUDGET
+        return self.reason
+
     # -- manual control --------------------------------------------------------------------
 
     def force_open(self, now: float) -> tuple[Transition, ...]:
         """Reject every call until `reset`."""
         self.mode = Mode.FORCED_OPEN
         if self.state is State.OPEN:
+            self.round += 1  # probes and calls of the open circuit's round end here
             return NO_TRANSITIONS
-        return (self._move(State.OPEN, now, "forced open"),)
+        return (self._move(State.OPEN, now, Reason.FORCED_OPEN),)
 
     def disable(self, now: float) -> tuple[Transition, ...]:
         """Admit every call and record nothing until `reset`."""
         self.mode = Mode.DISABLED
-        return self._close(now, "disabled") if self.state is not State.CLOSED else NO_TRANSITIONS
+        if self.state is not State.CLOSED:
+            return self._close(now, Reason.DISABLED)
+        self.round += 1
+        return NO_TRANSITIONS
 
     def reset(self, now: float) -> tuple[Transition, ...]:
         """Back to a fresh CLOSED circuit in normal mode."""
         self.mode = Mode.NORMAL
         self.opens = 0
         if self.state is State.CLOSED:
+            self.round += 1  # calls admitted before the reset belong to the old counts
             for tracker in self.trackers:
                 tracker.reset()
             return NO_TRANSITIONS
-        return self._close(now, "reset")
+        return self._close(now, Reason.RESET)
 
     def adopt(
-        self, now: float, state: State, version: int, remaining: float, reason: str, opens: int
+        self,
+        now: float,
+        state: State,
+        version: int,
+        remaining: float,
+        reason: str,
+        opens: int,
+        detail: str = "",
     ) -> tuple[Transition, ...]:
         """Take a state decided elsewhere (a shared store) if it is newer than ours."""
         if version <= self.version or self.mode is not Mode.NORMAL:
@@ -152,9 +202,9 @@ class BreakerMachine:
             self.open_until = now + max(0.0, remaining)
         else:
             self.half_open_since = now
-            self.probes_admitted = self.config.half_open_max_calls  # probes belong to the fleet
-            self.probe_successes = 0
-        moved = self._move(state, now, reason)
+            self.probes.start()
+            self.probes.admitted = self.probes.budget  # probes belong to the fleet
+        moved = self._move(state, now, reason, detail)
         return (moved,) if previous is not state else NO_TRANSITIONS
 
     # -- internals -------------------------------------------------------------------------
@@ -166,46 +216,48 @@ class BreakerMachine:
         cap = self.config.max_half_open_time
         return cap is not None and now - self.half_open_since >= cap
 
-    def _record_probe(self, now: float, outcome: Outcome) -> tuple[Transition, ...]:
+    def _record_probe(
+        self, now: float, outcome: Outcome, duration: float, ticket: int
+    ) -> tuple[Transition, ...]:
         if self.state is not State.HALF_OPEN:
-            return NO_TRANSITIONS  # a stale probe from before a forced move
-        if outcome is Outcome.IGNORED:
-            self.probes_admitted = max(0, self.probes_admitted - 1)
+            return NO_TRANSITIONS  # a probe from before a forced move
+        verdict = self.probes.settle(outcome, duration, ticket)
+        if verdict is None:
             return NO_TRANSITIONS
-        if outcome is Outcome.FAILURE:
-            return (self._to_open(now, "probe failed"),)
-        self.probe_successes += 1
-        if self.probe_successes >= self.config.success_threshold:
-            return self._close(now, f"{self.probe_successes} probe(s) succeeded")
-        return NO_TRANSITIONS
+        to, reason, detail = verdict
+        if to is State.OPEN:
+            return (self._to_open(now, reason, detail),)
+        return self._close(now, reason, detail)
 
-    def _to_open(self, now: float, reason: str) -> Transition:
+    def _to_open(self, now: float, reason: str, detail: str = "") -> Transition:
         self.opens += 1
         wait = self.config.backoff.delay(self.opens, self.jitter())
         self.opened_at = now
         self.open_until = now + wait
-        return self._move(State.OPEN, now, reason)
+        return self._move(State.OPEN, now, reason, detail)
 
     def _to_half_open(self, now: float) -> Transition:
         self.half_open_since = now
-        self.probes_admitted = 0
-        self.probe_successes = 0
-        return self._move(State.HALF_OPEN, now, "open wait over")
+        self.probes.start()
+        return self._move(State.HALF_OPEN, now, Reason.OPEN_WAIT_OVER)
 
-    def _close(self, now: float, reason: str) -> tuple[Transition, ...]:
+    def _close(self, now: float, reason: str, detail: str = "") -> tuple[Transition, ...]:
         self.opens = 0
         self._reset_counters()
-        return (self._move(State.CLOSED, now, reason),)
+        return (self._move(State.CLOSED, now, reason, detail),)
 
     def _reset_counters(self) -> None:
-        self.probes_admitted = 0
-        self.probe_successes = 0
+        self.probes.start()
         for tracker in self.trackers:
             tracker.reset()
 
-    def _move(self, to: State, now: float, reason: str) -> Transition:
+    def _move(self, to: State, now: float, reason: str, detail: str = "") -> Transition:
+        # The round moves before the state: a lock-free reader that sees the new state never
+        # pairs it with the old round (see BreakerSlot.admit).
         self.version += 1
-        transition = Transition(self.state, to, now, reason, self.version)
+        self.round += 1
+        transition = Transition(self.state, to, now, reason, self.version, detail)
         self.state = to
         self.reason = reason
+        self.detail = detail
         return transition

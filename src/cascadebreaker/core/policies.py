@@ -10,6 +10,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from .state import Reason
 from .windows import CountWindow, OutcomeWindow, TimeWindow
 
 
@@ -17,14 +18,20 @@ class TripTracker(ABC):
     """Counts outcomes for one policy and says when the circuit should open."""
 
     __slots__ = ()
+    reason: str = "policy"  # the Reason code of a trip by this tracker
 
     @abstractmethod
     def record(self, now: float, failed: bool, duration: float) -> str | None:
-        """Record one outcome (duration in seconds, 0.0 when untimed); return why to open, if so."""
+        """Record one outcome (duration in seconds, 0.0 when untimed); when the circuit should
+        open, return the detail for people ("5 consecutive failures"), else None."""
 
     @abstractmethod
     def reset(self) -> None:
         """Forget everything (on close or manual reset)."""
+
+    def counts(self, now: float) -> tuple[int, int]:
+        """(calls, hits) the policy holds now: hits are what it counts against the upstream."""
+        return 0, 0
 
 
 class TripPolicy(ABC):
@@ -54,6 +61,7 @@ class ConsecutiveFailures(TripPolicy):
 
 class _ConsecutiveTracker(TripTracker):
     __slots__ = ("count", "threshold")
+    reason = Reason.CONSECUTIVE_FAILURES
 
     def __init__(self, threshold: int) -> None:
         self.threshold = threshold
@@ -70,6 +78,9 @@ class _ConsecutiveTracker(TripTracker):
 
     def reset(self) -> None:
         self.count = 0
+
+    def counts(self, now: float) -> tuple[int, int]:
+        return self.count, self.count  # the run: every call in it failed
 
 
 WindowSpec = CountWindow | TimeWindow
@@ -111,7 +122,7 @@ class SlowCallRate(TripPolicy):
 
 
 class _RateTracker(TripTracker):
-    __slots__ = ("minimum", "rate", "slow_after", "window")
+    __slots__ = ("minimum", "rate", "reason", "slow_after", "window")
 
     def __init__(
         self, window: OutcomeWindow, rate: float, minimum: int, slow_after: float | None
@@ -120,6 +131,7 @@ class _RateTracker(TripTracker):
         self.rate = rate
         self.minimum = minimum
         self.slow_after = slow_after  # None: count failures; else count calls at least this slow
+        self.reason = Reason.FAILURE_RATE if slow_after is None else Reason.SLOW_CALL_RATE
 
     def record(self, now: float, failed: bool, duration: float) -> str | None:
         hit = failed if self.slow_after is None else duration >= self.slow_after
@@ -132,6 +144,9 @@ class _RateTracker(TripTracker):
 
     def reset(self) -> None:
         self.window.clear()
+
+    def counts(self, now: float) -> tuple[int, int]:
+        return self.window.totals(now)
 
 
 class Backoff(ABC):

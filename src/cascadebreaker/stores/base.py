@@ -4,6 +4,9 @@ A `Store` hands out one `BreakerSlot` per breaker name. The slot owns the machin
 stores: the *local view* of a shared state), a short lock around machine mutations (never held
 across the user's call), listeners, and counters. Backends subclass `BreakerSlot` and override the
 hooks `_admit_off_closed`, `_after_transitions` and `_after_outcome`.
+
+Every admission carries the round it was made in (and a probe its ticket); the outcome goes back
+with them, and only an outcome of the current round counts (see core/machine.py).
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
+from ..core.classify import FailureInfo
 from ..core.config import BreakerConfig
-from ..core.machine import BreakerMachine
-from ..core.state import Admission, Mode, Outcome, State, Transition
+from ..core.machine import NO_TRANSITIONS, BreakerMachine
+from ..core.state import Admission, Mode, Outcome, Scope, State, Transition
 from ..events import OutcomeEvent, OutcomeListener, TransitionEvent, TransitionListener
+from ..snapshot import BreakerSnapshot, CallCounts, PolicyWindow
 
 Clock = Callable[[], float]
+Admitted = tuple[Admission, int, int]  # (admission, round, probe ticket or 0)
 log = logging.getLogger("cascadebreaker")
+_ADMIT = Admission.ADMIT
 
 
 @runtime_checkable
@@ -38,9 +45,10 @@ class Store(Protocol):
 class BreakerSlot:
     """One breaker's state and the thin driver around its pure machine."""
 
-    # `fast` is read without the lock on every call: True while the closed path needs nothing but
-    # "reset the failure run after a success" (consecutive policy, CLOSED, normal mode).
-    fast: bool
+    # `fast` is read without the lock on every call: the current round (>= 1, so truthy) while
+    # the closed path needs nothing but "reset the failure run after a success" (consecutive
+    # policy, CLOSED, normal mode), else 0. One read gives both the decision and the round.
+    fast: int
     dirty: bool  # a failure run is in progress; the next fast-path success must record
 
     def __init__(self, name: str, config: BreakerConfig, clock: Clock) -> None:
@@ -56,30 +64,49 @@ class BreakerSlot:
         self.ignored = 0
         self.rejections = 0
         self.dirty = False
+        self.last_failure: FailureInfo | None = None
         self._timed = config.needs_duration
         self._refresh_fast()
 
     # -- the driver ------------------------------------------------------------------------
 
-    def admit(self) -> Admission:
-        """Decide whether a call may start now."""
+    def admit(self) -> Admitted:
+        """Decide whether a call may start now: (admission, round, probe ticket or 0)."""
         machine = self.machine
+        round_ = machine.round  # read before the state: a move bumps the round first
         if machine.state is State.CLOSED and machine.mode is Mode.NORMAL:
-            return Admission.ADMIT
+            return _ADMIT, round_, 0
         return self._admit_off_closed(self.clock())
 
-    async def aadmit(self) -> Admission:
+    async def aadmit(self) -> Admitted:
         """Async twin of `admit` for stores that must ask a server off the closed path."""
         return self.admit()
 
-    def record(self, outcome: Outcome, probe: bool, duration: float = 0.0) -> None:
-        """Account for a finished call; never raises."""
+    def record(
+        self,
+        outcome: Outcome,
+        probe: bool,
+        duration: float = 0.0,
+        admitted_in: int = 0,
+        ticket: int = 0,
+        failure: FailureInfo | None = None,
+    ) -> None:
+        """Account for a finished call admitted in round `admitted_in` (0: the current one);
+        only an outcome of the current round counts. Never raises."""
         with self.lock:
-            transitions = self.machine.record(self.clock(), outcome, probe, duration)
-            if outcome is Outcome.FAILURE:
-                self.dirty = self.machine.state is State.CLOSED
-            elif outcome is Outcome.SUCCESS:
-                self.dirty = False  # an ignored outcome leaves a failure run as it was
+            machine = self.machine
+            current = not admitted_in or admitted_in == machine.round
+            transitions = NO_TRANSITIONS
+            if current:
+                transitions = machine.record(
+                    self.clock(), outcome, probe, duration, admitted_in, ticket
+                )
+                if outcome is Outcome.FAILURE:
+                    self.dirty = machine.state is State.CLOSED
+                    if failure is not None and machine.mode is Mode.NORMAL:
+                        self.last_failure = failure
+                elif outcome is Outcome.SUCCESS:
+                    self.dirty = False  # an ignored outcome leaves a failure run as it was
             if outcome is Outcome.SUCCESS:
                 self.successes += 1
             elif outcome is Outcome.FAILURE:
@@ -88,7 +115,7 @@ class BreakerSlot:
                 self.ignored += 1
             if transitions:
                 self._refresh_fast()
-        self._after_outcome(outcome, probe, duration)
+        self._after_outcome(outcome, probe, duration, admitted_in, ticket, current, failure)
         if self.outcome_listeners:
             self._emit_outcome(outcome, probe, duration)
         if transitions:
@@ -127,24 +154,42 @@ class BreakerSlot:
         if transitions:
             self._after_transitions(transitions)
 
-    def snapshot(self) -> dict[str, Any]:
-        """A JSON-friendly view of the state and counters."""
+    @property
+    def scope(self) -> Scope:
+        """Whose state this slot shows (a memory store: always this process's own)."""
+        return Scope.LOCAL
+
+    def probes_out(self) -> int:
+        """Half-open probes admitted and not yet reported, as far as this process knows."""
         m = self.machine
-        retry = m.retry_after(self.clock())
-        return {
-            "name": self.name,
-            "state": m.visible_state.value,
-            "mode": m.mode.value,
-            "retry_after": None if retry == float("inf") else round(retry, 3),
-            "reason": m.reason,
-            "version": m.version,
-            "calls": {
-                "success": self.successes,
-                "failure": self.failures,
-                "ignored": self.ignored,
-                "rejected": self.rejections,
-            },
-        }
+        return m.probes.admitted if m.state is State.HALF_OPEN else 0
+
+    def snapshot(self) -> BreakerSnapshot:
+        """A read-only view of the state and counters."""
+        with self.lock:
+            m = self.machine
+            now = self.clock()
+            retry = m.retry_after(now)
+            windows = tuple(PolicyWindow(t.reason, *t.counts(now)) for t in m.trackers)
+            state, reason, detail = m.visible_state, m.reason, m.detail
+            opened_at = m.opened_at if state is not State.CLOSED else None
+            round_, version, mode = m.round, m.version, m.mode
+        return BreakerSnapshot(
+            name=self.name,
+            state=state,
+            mode=mode,
+            scope=self.scope,
+            reason=reason,
+            detail=detail,
+            retry_after=None if retry == float("inf") else round(retry, 3),
+            opened_at=opened_at,
+            probes_out=self.probes_out(),
+            round=round_,
+            version=version,
+            windows=windows,
+            calls=CallCounts(self.successes, self.failures, self.ignored, self.rejections),
+            last_failure=self.last_failure,
+        )
 
     def add_outcome_listener(self, listener: OutcomeListener) -> None:
         """Hear every call outcome (turns off the lock-free closed path)."""
@@ -153,17 +198,29 @@ class BreakerSlot:
 
     # -- hooks for backends ------------------------------------------------------------------
 
-    def _admit_off_closed(self, now: float) -> Admission:
+    def _admit_off_closed(self, now: float) -> Admitted:
         with self.lock:
-            admission, transitions = self.machine.admit(now)
+            m = self.machine
+            admission, transitions = m.admit(now)
+            ticket = m.probes.issued if admission is Admission.PROBE else 0
+            round_ = m.round
             if transitions:
                 self._refresh_fast()
         if transitions:
             self._after_transitions(transitions)
-        return admission
+        return admission, round_, ticket
 
-    def _after_outcome(self, outcome: Outcome, probe: bool, duration: float) -> None:
-        """Called after every recorded outcome, outside the lock."""
+    def _after_outcome(
+        self,
+        outcome: Outcome,
+        probe: bool,
+        duration: float,
+        admitted_in: int,
+        ticket: int,
+        current: bool,
+        failure: FailureInfo | None,
+    ) -> None:
+        """Called after every recorded outcome, outside the lock (`current`: it counted)."""
 
     def _after_control(self, action: str) -> None:
         """Called after a manual control action, outside the lock."""
@@ -171,7 +228,9 @@ class BreakerSlot:
     def _after_transitions(self, transitions: Iterable[Transition]) -> None:
         """Called after the machine moved, outside the lock: tell the listeners."""
         for t in transitions:
-            event = TransitionEvent(self.name, t.from_state, t.to_state, t.reason, t.at, t.version)
+            event = TransitionEvent(
+                self.name, t.from_state, t.to_state, t.reason, t.at, t.version, t.detail, self.scope
+            )
             for listener in list(self.transition_listeners):
                 try:
                     listener(event)
@@ -181,13 +240,14 @@ class BreakerSlot:
     def _refresh_fast(self) -> None:
         """Recompute `fast`; call with the lock held after any state change."""
         m = self.machine
-        self.fast = (
+        fast = (
             m.state is State.CLOSED
             and m.mode is not Mode.FORCED_OPEN
             and self.config.consecutive_only
             and not self._timed
             and not self.outcome_listeners
         )
+        self.fast = m.round if fast else 0
 
     def _emit_outcome(self, outcome: Outcome | None, probe: bool, duration: float) -> None:
         event = OutcomeEvent(self.name, outcome, probe, duration, self.machine.visible_state)

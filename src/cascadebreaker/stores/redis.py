@@ -178,7 +178,9 @@ class RedisStore:
     def run_admit(self, slot: RedisSlot) -> RemoteState | None:
         """Ask Redis for admission off the closed path (inline); None when Redis is unreachable."""
         c = slot.config
-        lease = self.probe_lease or max(10.0, c.backoff.delay(1, 0.5))
+        # The breaker's own probe_timeout wins; else the store's probe_lease; else the default.
+        lease = c.probe_timeout if c.probe_timeout is not None else self.probe_lease
+        lease = c.probe_lease if lease is None else lease
         cap = c.max_half_open_time or 0.0
         try:
             reply = self.run(
@@ -189,14 +191,36 @@ class RedisStore:
             return None
         return RemoteState.from_reply(reply)
 
-    def send_trip(self, slot: RedisSlot, reason: str) -> None:
+    def send_trip(self, slot: RedisSlot, reason: str, detail: str, failure: str) -> None:
         """Queue a local trip for immediate push."""
-        self._urgent_op(("trip", slot, (slot.remote_version, ms(slot.next_wait()), reason, 0)))
+        wait = ms(slot.next_wait())
+        args = (slot.remote_version, wait, reason, 0, detail, failure)
+        self._urgent_op(("trip", slot, args))
 
-    def send_probe(self, slot: RedisSlot, round_version: int, outcome: Outcome) -> None:
-        """Queue a probe outcome for immediate push."""
+    def send_probe(
+        self,
+        slot: RedisSlot,
+        round_version: int,
+        outcome: Outcome,
+        slow: bool,
+        ticket: int,
+        failure: str,
+    ) -> None:
+        """Queue the outcome of the probe `ticket` of shared round `round_version`."""
         c = slot.config
-        args = (round_version, _OUTCOME_CODES[outcome], c.success_threshold, ms(slot.next_wait()))
+        judging_slow = c.probe_slow_after is not None
+        args = (
+            round_version,
+            _OUTCOME_CODES[outcome],
+            int(slow),
+            ticket,
+            c.success_threshold,
+            c.half_open_max_calls,
+            c.half_open_failure_rate or 0,
+            c.probe_slow_rate if judging_slow else 0,
+            ms(slot.next_wait()),
+            failure,
+        )
         self._urgent_op(("probe", slot, args))
 
     def send_control(self, slot: RedisSlot, action: str) -> None:
@@ -262,9 +286,10 @@ class RedisStore:
         for slot in pending | watching:
             report = slot.take_report()
             if report is not None:
-                lead, had, tail, seen = report
+                lead, had, tail, seen, failure = report
                 wait = ms(slot.next_wait())
-                ops.append(("report", slot, (lead, int(had), tail, slot.threshold, wait, seen)))
+                args = (lead, int(had), tail, slot.threshold, wait, seen, failure)
+                ops.append(("report", slot, args))
         if not ops:
             return
         try:

@@ -40,11 +40,15 @@ class RemoteState:
     fails: int | None = None  # shared consecutive-failure count, when the script reports it
     lease_remaining: float = 0.0  # seconds until the half-open probe lease runs out
     fresh: bool = False  # the key did not exist (new breaker, or Redis lost its data)
+    ticket: int = 0  # the probe's ticket when admission is PROBE
+    probes: int = 0  # half-open probes out, fleet-wide
+    detail: str = ""  # the reason for people
+    failure: str = ""  # the last failure that counted, 'Type: message'
 
     @classmethod
     def from_reply(cls, reply: list[Any]) -> RemoteState:
         """Parse a script reply: {admission, state, mode, version, remaining_ms, opens, reason,
-        fails, lease_remaining_ms, fresh}."""
+        fails, lease_remaining_ms, fresh, ticket, probes, detail, failure}."""
         return cls(
             state=State(_text(reply[1])),
             mode=Mode(_text(reply[2])),
@@ -56,11 +60,15 @@ class RemoteState:
             fails=int(reply[7]),
             lease_remaining=int(reply[8]) / 1000.0,
             fresh=bool(int(reply[9])),
+            ticket=int(reply[10]),
+            probes=int(reply[11]),
+            detail=_text(reply[12]),
+            failure=_text(reply[13]),
         )
 
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> RemoteState:
-        """Parse a pub/sub state message: {n, s, m, v, r, o, w}."""
+        """Parse a pub/sub state message: {n, s, m, v, r, o, w, d, f}."""
         return cls(
             state=State(message["s"]),
             mode=Mode(message["m"]),
@@ -68,6 +76,8 @@ class RemoteState:
             remaining=float(message["r"]) / 1000.0,
             opens=int(message["o"]),
             reason=str(message["w"]),
+            detail=str(message.get("d", "")),
+            failure=str(message.get("f", "")),
         )
 
 

@@ -4,6 +4,11 @@ The local machine answers the closed path with no I/O. Off the closed path, prob
 Redis (atomic, fleet-wide). Outcomes, local trips, probe results and manual control travel to
 Redis on the store's flusher thread; shared state comes back as script replies and pub/sub
 messages, adopted only when newer than the last version seen.
+
+Rounds: the local machine's round moves with every local move and every adopted shared state.
+A fleet probe is admitted in a *shared* round (the hash's version when it was admitted); the
+slot remembers which local round stands for which shared round, so a probe's outcome is sent
+with its own shared round and ticket, whatever the local view did meanwhile.
 """
 
 from __future__ import annotations
@@ -12,16 +17,18 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..core.classify import FailureInfo
 from ..core.config import BreakerConfig
 from ..core.policies import ConsecutiveFailures
-from ..core.state import Admission, Mode, Outcome, State, Transition
-from .base import BreakerSlot, Clock
+from ..core.state import Admission, Mode, Outcome, Scope, State, Transition
+from .base import Admitted, BreakerSlot, Clock
 from .redis_scripts import RemoteState, ms
 
 if TYPE_CHECKING:
     from .redis import RedisStore
 
 _ADMIT, _PROBE, _REJECT = Admission.ADMIT, Admission.PROBE, Admission.REJECT
+_FLEET_ROUNDS_KEPT = 64  # local rounds remembered for probes still out
 
 
 class RedisSlot(BreakerSlot):
@@ -33,7 +40,8 @@ class RedisSlot(BreakerSlot):
         self.key = store.key(name)
         self.remote_version = 0  # version of the last shared state adopted
         self.remote_opens = 0
-        self.probe_round = 0  # version of the half-open round our probes belong to
+        self.remote_probes = 0  # fleet-wide probes out, as last reported
+        self.fleet_rounds: dict[int, int] = {}  # local round -> shared round of fleet probes
         self.hold_until = 0.0  # fleet probe budget spent: reject locally until then
         self.fleet_probes = False  # the local half-open view's probe budget belongs to the fleet
         thresholds = [p.threshold for p in config.policies if isinstance(p, ConsecutiveFailures)]
@@ -43,9 +51,21 @@ class RedisSlot(BreakerSlot):
         self._had_success = False
         self._tail = 0
         self._seen_successes = 0
+        self._batch_failure = ""
         self.shared_dirty = False  # the fleet's failure count is above zero
         self.pending_trip = False  # a local trip Redis has not heard of (outage)
         self.pending_control: str | None = None
+
+    @property
+    def scope(self) -> Scope:
+        """SHARED while this view follows the fleet; LOCAL while Redis is unreachable."""
+        return Scope.SHARED if self.store.online else Scope.LOCAL
+
+    def probes_out(self) -> int:
+        """Fleet-wide probes out while half-open (as Redis last said), else 0."""
+        if self.machine.state is not State.HALF_OPEN:
+            return 0
+        return self.remote_probes if self.fleet_probes else super().probes_out()
 
     # -- admission -------------------------------------------------------------------------
 
@@ -62,10 +82,11 @@ class RedisSlot(BreakerSlot):
             return _ADMIT if self.config.metrics_only else _REJECT
         return None
 
-    def _admit_off_closed(self, now: float) -> Admission:
+    def _admit_off_closed(self, now: float) -> Admitted:
+        round_ = self.machine.round
         local = self._local_decision(now)
         if local is not None:
-            return local
+            return local, round_, 0
         if not self.store.online:
             return self._admit_offline(now)
         before = self.machine.version
@@ -74,11 +95,12 @@ class RedisSlot(BreakerSlot):
             return self._admit_offline(now)
         # The reply is the freshest shared state: re-apply it even at the same version, so a
         # local view that drifted (a trip whose push was dropped) cannot stay stale.
-        self.apply(remote, resync_from=before)
+        round_ = self.apply(remote, resync_from=before)
         admission = remote.admission
         if admission is _PROBE:
-            self.probe_round = remote.version
-        elif admission is _REJECT:
+            self._remember_fleet_round(round_, remote.version)
+            return _PROBE, round_, remote.ticket
+        if admission is _REJECT:
             # Reject locally for a while instead of asking Redis on every call: until the shared
             # open wait ends, or briefly while the fleet's probes are out.
             hold = remote.remaining if remote.state is State.OPEN else 0.0
@@ -86,46 +108,72 @@ class RedisSlot(BreakerSlot):
                 hold = min(remote.lease_remaining, self.store.half_open_poll)
             self.hold_until = self.clock() + hold
             if self.config.metrics_only:
-                return _ADMIT
-        return admission
+                return _ADMIT, round_, 0
+        return admission, round_, 0
 
-    async def aadmit(self) -> Admission:
+    def _remember_fleet_round(self, local_round: int, shared_round: int) -> None:
+        rounds = self.fleet_rounds
+        rounds[local_round] = shared_round
+        while len(rounds) > _FLEET_ROUNDS_KEPT:
+            del rounds[next(iter(rounds))]
+
+    async def aadmit(self) -> Admitted:
         """Async admission: local answers inline, fleet questions on a worker thread."""
         m = self.machine
+        round_ = m.round
         if m.state is State.CLOSED and m.mode is Mode.NORMAL:
-            return _ADMIT
+            return _ADMIT, round_, 0
         now = self.clock()
         local = self._local_decision(now)
         if local is not None:
-            return local
+            return local, round_, 0
         if not self.store.online:
             return self._admit_offline(now)
         return await asyncio.to_thread(self._admit_off_closed, now)
 
-    def _admit_offline(self, now: float) -> Admission:
+    def _admit_offline(self, now: float) -> Admitted:
         """Redis unreachable: the local machine decides, with a local probe budget."""
         if self.fleet_probes:
             with self.lock:
                 self.fleet_probes = False
                 if self.machine.state is State.HALF_OPEN:
-                    self.machine.probes_admitted = 0
+                    self.machine.probes.start()  # the fleet's probes are not ours to wait for
         return super()._admit_off_closed(now)
 
     # -- outcomes and transitions ------------------------------------------------------------
 
-    def _after_outcome(self, outcome: Outcome, probe: bool, duration: float) -> None:
+    def _after_outcome(
+        self,
+        outcome: Outcome,
+        probe: bool,
+        duration: float,
+        admitted_in: int,
+        ticket: int,
+        current: bool,
+        failure: FailureInfo | None,
+    ) -> None:
         if probe:
+            shared_round = self.fleet_rounds.get(admitted_in)
+            if shared_round is None:
+                return  # a probe of a local round (Redis was unreachable): not the fleet's
             if outcome is Outcome.IGNORED:
                 self.hold_until = 0.0  # a slot was freed; let the next call ask the fleet
-            self.store.send_probe(self, self.probe_round, outcome)
+            slow_after = self.config.probe_slow_after
+            slow = slow_after is not None and duration >= slow_after
+            text = failure.describe() if failure is not None else ""
+            self.store.send_probe(self, shared_round, outcome, slow, ticket, text)
             return
         m = self.machine
-        if not self.threshold or outcome is Outcome.IGNORED or m.mode is not Mode.NORMAL:
+        if not current or not self.threshold or outcome is Outcome.IGNORED:
+            return  # a call from an earlier round, or nothing the fleet's count cares about
+        if m.mode is not Mode.NORMAL:
             return
         with self.lock:
             if m.state is not State.CLOSED:
                 return
             if outcome is Outcome.FAILURE:
+                if failure is not None:
+                    self._batch_failure = failure.describe()
                 if self._had_success:
                     self._tail += 1
                 else:
@@ -142,14 +190,18 @@ class RedisSlot(BreakerSlot):
             # Our own policy tripped a closed circuit: push it now, not with the next batch.
             closed_to_open = t.from_state is State.CLOSED and t.to_state is State.OPEN
             if closed_to_open and self.machine.mode is Mode.NORMAL:
-                self.store.send_trip(self, t.reason)
+                self.store.send_trip(self, t.reason, t.detail, self._failure_text())
+
+    def _failure_text(self) -> str:
+        failure = self.last_failure
+        return failure.describe() if failure is not None else ""
 
     def _after_control(self, action: str) -> None:
         self.store.send_control(self, action)
 
-    def take_report(self) -> tuple[int, bool, int, int] | None:
+    def take_report(self) -> tuple[int, bool, int, int, str] | None:
         """Drain the batched outcomes as (lead failures, had success, tail failures, version
-        they were seen under), or None."""
+        they were seen under, last failure), or None."""
         if not self.threshold:
             return None  # no consecutive policy here: nothing to count fleet-wide
         with self.lock:
@@ -157,6 +209,7 @@ class RedisSlot(BreakerSlot):
             fast = self.successes != self._seen_successes
             self._seen_successes = self.successes
             lead, had, tail = self._lead, self._had_success, self._tail
+            failure, self._batch_failure = self._batch_failure, ""
             self._lead = self._tail = 0
             self._had_success = False
         if fast:
@@ -168,7 +221,7 @@ class RedisSlot(BreakerSlot):
             return None
         if had and not lead and not tail and not self.shared_dirty:
             return None  # successes, but the fleet count is already zero
-        return lead, had, tail, seen
+        return lead, had, tail, seen, failure
 
     def next_wait(self) -> float:
         """Open wait for the fleet's next opening (the backoff counts the shared openings)."""
@@ -193,10 +246,10 @@ class RedisSlot(BreakerSlot):
             if remote.state is State.CLOSED and (pending_trip or (remote.fresh and local_open)):
                 # A trip the fleet never heard of (or a state Redis lost) is fresh news: push it.
                 wait = max(0.0, m.open_until - self.clock()) if m.state is State.OPEN else 0.0
-                reason = m.reason or "tripped while Redis was unreachable"
-                remote = RemoteState.from_reply(
-                    self.store.run("trip", self, (0, ms(wait), reason, 1))
-                )
+                reason = m.reason or "consecutive_failures"
+                detail = m.detail or "tripped while Redis was unreachable"
+                args = (0, ms(wait), reason, 1, detail, self._failure_text())
+                remote = RemoteState.from_reply(self.store.run("trip", self, args))
             pending_trip = False
             self.apply(remote, resync_from=None if periodic else before)
         except BaseException:
@@ -205,20 +258,24 @@ class RedisSlot(BreakerSlot):
             self.pending_trip = self.pending_trip or pending_trip
             raise
 
-    def apply(self, remote: RemoteState, resync_from: int | None = None) -> None:
-        """Adopt `remote` if it is newer than the last version adopted. A resync passes the local
-        machine's version from before its read: an equal version is then re-applied too (the local
-        view may have moved on its own during an outage), unless the machine moved meanwhile."""
+    def apply(self, remote: RemoteState, resync_from: int | None = None) -> int:
+        """Adopt `remote` if it is newer than the last version adopted; return the local round
+        right after. A resync passes the local machine's version from before its read: an equal
+        version is then re-applied too (the local view may have moved on its own during an
+        outage), unless the machine moved meanwhile."""
         with self.lock:
             if remote.fails is not None:
                 self.shared_dirty = remote.fails > 0 and self.threshold > 0
+            self.remote_probes = remote.probes
             known = self.remote_version
             force = resync_from is not None and resync_from == self.machine.version
             if remote.version < known or (remote.version == known and not force):
-                return
+                return self.machine.round
             transitions = self._adopt_locked(remote)
+            round_ = self.machine.round
         if transitions:
             BreakerSlot._after_transitions(self, transitions)  # listeners only: nothing to push
+        return round_
 
     def _adopt_locked(self, r: RemoteState) -> list[Transition]:
         m = self.machine
@@ -228,6 +285,8 @@ class RedisSlot(BreakerSlot):
         self.hold_until = 0.0
         self._lead = self._tail = 0
         self._had_success = False
+        if r.failure:
+            self.last_failure = FailureInfo.parse(r.failure)
         out: list[Transition] = []
         if r.mode is not m.mode:
             if r.mode is Mode.FORCED_OPEN:
@@ -237,8 +296,14 @@ class RedisSlot(BreakerSlot):
             else:
                 out += m.reset(now)
         if r.mode is Mode.NORMAL:
-            m.version = min(m.version, r.version - 1)  # our local moves never outrank Redis
-            out += m.adopt(now, r.state, r.version, r.remaining, r.reason, r.opens)
+            if r.version == m.version and r.state is m.state:
+                # Nothing moved on either side since we last adopted: keep the round (probes and
+                # calls admitted in it are still current), refresh only the open wait.
+                if r.state is State.OPEN:
+                    m.open_until = now + r.remaining
+            else:
+                m.version = min(m.version, r.version - 1)  # our local moves never outrank Redis
+                out += m.adopt(now, r.state, r.version, r.remaining, r.reason, r.opens, r.detail)
             self.fleet_probes = r.state is State.HALF_OPEN
         m.version = r.version
         self.dirty = False

@@ -8,46 +8,63 @@ local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
 
 local function num(x) return string.format('%.0f', x) end
 
+-- Fields of the hash; a hash written by an older version lacks some: they read as 0 or ''.
+local FIELDS = {'state', 'mode', 'version', 'open_until', 'opens', 'reason', 'fails', 'probes',
+  'probe_ok', 'half_since', 'lease_until', 'issued', 'reclaimed', 'p_calls', 'p_fail', 'p_slow',
+  'detail', 'failure'}
+local TEXT = {state = true, mode = true, reason = true, detail = true, failure = true}
+
 local function load()
-  local f = redis.call('HMGET', KEY, 'state', 'mode', 'version', 'open_until', 'opens', 'reason',
-    'fails', 'probes', 'probe_ok', 'half_since', 'lease_until')
+  local f = redis.call('HMGET', KEY, unpack(FIELDS))
   if not f[1] then
     -- A new (or lost) breaker starts at server-time-based version, so it outranks any version a
     -- process remembers from before Redis lost its data.
-    return {state = 'CLOSED', mode = 'NORMAL', version = NOW, open_until = 0, opens = 0,
-      reason = '', fails = 0, probes = 0, probe_ok = 0, half_since = 0, lease_until = 0,
-      fresh = true, dirty = true}
+    local s = {state = 'CLOSED', mode = 'NORMAL', version = NOW, fresh = true, dirty = true}
+    for _, name in ipairs(FIELDS) do
+      if s[name] == nil then s[name] = TEXT[name] and '' or 0 end
+    end
+    s.ticket = 0
+    return s
   end
-  return {state = f[1], mode = f[2], version = tonumber(f[3]), open_until = tonumber(f[4]),
-    opens = tonumber(f[5]), reason = f[6], fails = tonumber(f[7]), probes = tonumber(f[8]),
-    probe_ok = tonumber(f[9]), half_since = tonumber(f[10]), lease_until = tonumber(f[11]),
-    fresh = false, dirty = false}
+  local s = {fresh = false, dirty = false, ticket = 0}
+  for i, name in ipairs(FIELDS) do
+    if TEXT[name] then s[name] = f[i] or '' else s[name] = tonumber(f[i]) or 0 end
+  end
+  return s
 end
 
-local function move(s, to, why)
+local function move(s, to, why, detail)
   s.version = s.version + 1
   s.state = to
   s.reason = why
+  s.detail = detail or ''
   s.dirty = true
   s.changed = true
 end
 
-local function open(s, wait_ms, why)
-  s.opens = s.opens + 1
-  s.open_until = NOW + wait_ms
-  s.fails, s.probes, s.probe_ok = 0, 0, 0
-  move(s, 'OPEN', why)
+local function start_round(s)
+  s.probes, s.probe_ok, s.issued, s.reclaimed = 0, 0, 0, 0
+  s.p_calls, s.p_fail, s.p_slow, s.lease_until = 0, 0, 0, 0
 end
 
-local function close(s, why)
-  s.opens, s.fails, s.probes, s.probe_ok = 0, 0, 0, 0
-  move(s, 'CLOSED', why)
+local function open(s, wait_ms, why, detail)
+  s.opens = s.opens + 1
+  s.open_until = NOW + wait_ms
+  s.fails = 0
+  start_round(s)
+  move(s, 'OPEN', why, detail)
+end
+
+local function close(s, why, detail)
+  s.opens, s.fails = 0, 0
+  start_round(s)
+  move(s, 'CLOSED', why, detail)
 end
 
 local function half_open(s)
   s.half_since = NOW
-  s.probes, s.probe_ok, s.lease_until = 0, 0, 0
-  move(s, 'HALF_OPEN', 'open wait over')
+  start_round(s)
+  move(s, 'HALF_OPEN', 'open_wait_over')
 end
 
 local function remaining(s)
@@ -56,26 +73,29 @@ local function remaining(s)
 end
 
 local function save(s)
-  redis.call('HSET', KEY, 'state', s.state, 'mode', s.mode, 'version', num(s.version),
-    'open_until', num(s.open_until), 'opens', num(s.opens), 'reason', s.reason,
-    'fails', num(s.fails), 'probes', num(s.probes), 'probe_ok', num(s.probe_ok),
-    'half_since', num(s.half_since), 'lease_until', num(s.lease_until))
+  local args = {}
+  for _, name in ipairs(FIELDS) do
+    args[#args + 1] = name
+    args[#args + 1] = TEXT[name] and s[name] or num(s[name])
+  end
+  redis.call('HSET', KEY, unpack(args))
   redis.call('PEXPIRE', KEY, TTL + remaining(s))  -- never expire an open circuit early
 end
 
 -- Save if needed, publish a state change, and answer with the state the caller adopts:
--- {admission, state, mode, version, remaining_ms, opens, reason, fails, lease_remaining_ms, fresh}
+-- {admission, state, mode, version, remaining_ms, opens, reason, fails, lease_remaining_ms, fresh,
+--  ticket, probes, detail, failure}
 local function finish(s, admission)
   if s.dirty then save(s) end
   -- A change, or a key (re)created (expired, or lost by Redis): the fleet adopts its version.
   if s.changed or (s.fresh and s.dirty) then
     redis.call('PUBLISH', CHANNEL, cjson.encode({n = NAME, s = s.state, m = s.mode,
-      v = s.version, r = remaining(s), o = s.opens, w = s.reason}))
+      v = s.version, r = remaining(s), o = s.opens, w = s.reason, d = s.detail, f = s.failure}))
   end
   local lease = 0
   if s.state == 'HALF_OPEN' then lease = math.max(0, s.lease_until - NOW) end
   return {admission, s.state, s.mode, s.version, remaining(s), s.opens, s.reason, s.fails, lease,
-    s.fresh and 1 or 0}
+    s.fresh and 1 or 0, s.ticket, s.probes, s.detail, s.failure}
 end
 
 local ADMIT, PROBE, REJECT = 0, 1, 2

@@ -4,7 +4,8 @@ local s = load()
 if action == 'force_open' then
   s.mode = 'FORCED_OPEN'
   s.open_until = 0
-  move(s, 'OPEN', 'forced open')
+  start_round(s)
+  move(s, 'OPEN', 'forced_open')
 elseif action == 'disable' then
   s.mode = 'DISABLED'
   close(s, 'disabled')
