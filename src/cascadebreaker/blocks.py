@@ -18,50 +18,44 @@ round and a warning is logged once; such code should hold a permit from `acquire
 from __future__ import annotations
 
 import contextlib
-import sys
 from types import FrameType
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-E = TypeVar("E")
-_CONTEXTLIB = contextlib.__file__
+if TYPE_CHECKING:
+    from .permit import Permit
+
+Entry: TypeAlias = "Permit | int"  # a permit, or the round of a block on the lock-free path
+Blocks: TypeAlias = "dict[FrameType, tuple[Entry, Any]]"  # frame -> (innermost, the rest)
+CONTEXTLIB = contextlib.__file__
 MAX_OPEN_BLOCKS = 10_000  # per breaker; beyond it the oldest entry is dropped (a leak guard)
 
 
-def block_frame(depth: int) -> FrameType:
-    """The frame running the `with` statement, `depth` frames above the caller (through
-    contextlib's ExitStack / AsyncExitStack to the frame that uses them)."""
-    frame = sys._getframe(depth + 1)
-    while frame.f_code.co_filename == _CONTEXTLIB and frame.f_back is not None:
+def outside_contextlib(frame: FrameType) -> FrameType:
+    """The first frame above `frame` that is not contextlib's (ExitStack, AsyncExitStack)."""
+    while frame.f_code.co_filename == CONTEXTLIB and frame.f_back is not None:
         frame = frame.f_back
     return frame
 
 
-class OpenBlocks(Generic[E]):
-    """Entries of the blocks open on one breaker, by frame; nested blocks stack up."""
+def push(blocks: Blocks, frame: FrameType, entry: Entry) -> None:
+    """Remember `entry` as the innermost open block of `frame` (`__enter__` inlines this)."""
+    blocks[frame] = (entry, blocks.get(frame))
+    if len(blocks) > MAX_OPEN_BLOCKS:
+        forget_oldest(blocks)
 
-    __slots__ = ("_by_frame",)
 
-    def __init__(self) -> None:
-        self._by_frame: dict[FrameType, tuple[E, object]] = {}
+def forget_oldest(blocks: Blocks) -> None:
+    """Drop the entry of the block opened longest ago (one that never exited: a leak guard)."""
+    with contextlib.suppress(StopIteration, RuntimeError, KeyError):
+        del blocks[next(iter(blocks))]
 
-    def push(self, frame: FrameType, entry: E) -> None:
-        """Remember `entry` as the innermost open block of `frame`."""
-        by_frame = self._by_frame
-        by_frame[frame] = (entry, by_frame.get(frame))
-        if len(by_frame) > MAX_OPEN_BLOCKS:
-            with contextlib.suppress(StopIteration, RuntimeError, KeyError):
-                del by_frame[next(iter(by_frame))]  # a block that never exited
 
-    def pop(self, frame: FrameType) -> tuple[bool, E | None]:
-        """(True, entry) of the innermost open block of `frame`; (False, None) if it has none."""
-        by_frame = self._by_frame
-        top = by_frame.pop(frame, None)
-        if top is None:
-            return False, None
-        entry, below = top
-        if below is not None:
-            by_frame[frame] = below  # type: ignore[assignment]
-        return True, entry
-
-    def __len__(self) -> int:
-        return len(self._by_frame)
+def pop(blocks: Blocks, frame: FrameType) -> tuple[bool, Entry | None]:
+    """(True, entry) of the innermost open block of `frame`; (False, None) if it has none."""
+    top = blocks.pop(frame, None)
+    if top is None:
+        return False, None
+    entry, below = top
+    if below is not None:
+        blocks[frame] = below
+    return True, entry

@@ -7,13 +7,22 @@ import inspect
 import logging
 import math
 import random
+import sys
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
-from .blocks import OpenBlocks, block_frame
+from .blocks import (
+    CONTEXTLIB,
+    MAX_OPEN_BLOCKS,
+    Blocks,
+    forget_oldest,
+    outside_contextlib,
+    pop,
+    push,
+)
 from .core.classify import Classifier, ExceptionPredicate, ResultPredicate
 from .core.config import BreakerConfig, build_policies
 from .core.policies import Backoff, FixedBackoff, TripPolicy
@@ -31,6 +40,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 Fallback = Callable[[FallbackReason], Any]
 log = logging.getLogger("cascadebreaker")
+_getframe = sys._getframe  # with-blocks are kept by their frame (blocks.py)
 
 _REJECT = Admission.REJECT
 _PROBE = Admission.PROBE
@@ -115,7 +125,7 @@ class CircuitBreaker:
         self._classifier = self.config.classifier
         self._result_check = result_is_failure
         self._clock = clock
-        self._blocks: OpenBlocks[Permit | int] = OpenBlocks()
+        self._blocks: Blocks = {}
         self._warned_unmatched = False
         for listener in listeners:
             self.add_listener(listener)
@@ -389,9 +399,14 @@ class CircuitBreaker:
     # -- context managers: each block settles the permit it acquired (see blocks.py) --------
 
     def __enter__(self) -> CircuitBreaker:
-        round_ = self._slot.fast
+        frame = _getframe(1)  # the frame running the with statement keys its entry
+        if frame.f_code.co_filename == CONTEXTLIB:
+            frame = outside_contextlib(frame)
         # On the closed fast path no Permit is built: the block keeps just its round.
-        self._blocks.push(block_frame(1), round_ if round_ else self.acquire())
+        blocks = self._blocks
+        blocks[frame] = (self._slot.fast or self.acquire(), blocks.get(frame))
+        if len(blocks) > MAX_OPEN_BLOCKS:
+            forget_oldest(blocks)
         return self
 
     def __exit__(
@@ -400,12 +415,24 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._finish(block_frame(1), exc)
+        frame = _getframe(1)
+        top = self._blocks.pop(frame, None)
+        if top is None:  # not opened by this frame: through an exit stack, or unmatched
+            return self._finish(outside_contextlib(frame), exc)
+        entry, below = top
+        if below is not None:
+            self._blocks[frame] = below
+        slot = self._slot
+        if exc is None and entry.__class__ is int and entry == slot.fast and not slot.dirty:
+            slot.successes += 1  # the lock-free path: nothing to reset
+            return None
+        return self._settle_block(entry, exc)
 
     async def __aenter__(self) -> CircuitBreaker:
-        frame = block_frame(1)
-        round_ = self._slot.fast
-        self._blocks.push(frame, round_ if round_ else await self.aacquire())
+        frame = _getframe(1)
+        if frame.f_code.co_filename == CONTEXTLIB:
+            frame = outside_contextlib(frame)
+        push(self._blocks, frame, self._slot.fast or await self.aacquire())
         return self
 
     async def __aexit__(
@@ -414,24 +441,26 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._finish(block_frame(1), exc)
+        self._finish(outside_contextlib(_getframe(1)), exc)
 
     def _finish(self, frame: Any, exc: BaseException | None) -> None:
-        found, entry = self._blocks.pop(frame)
+        found, entry = pop(self._blocks, frame)
         if not found:
             self._unmatched_exit()
             entry = Permit(self._slot, self._classifier, False, 0.0)  # the current round
-        if isinstance(entry, Permit):
-            permit = entry
-        elif exc is None and not self._slot.dirty and self._slot.fast == entry:
-            self._slot.successes += 1  # the lock-free path: nothing to reset
-            return
-        else:
-            permit = self._fast_permit(entry)  # type: ignore[arg-type]
+        self._settle_block(entry, exc)
+
+    def _settle_block(self, entry: Permit | int | None, exc: BaseException | None) -> None:
+        if not isinstance(entry, Permit):
+            slot = self._slot
+            if exc is None and not slot.dirty and slot.fast == entry:
+                slot.successes += 1  # the lock-free path: nothing to reset
+                return
+            entry = self._fast_permit(entry or 0)
         if exc is None:
-            permit.success()
+            entry.success()
         else:
-            permit.settle_exception(exc)
+            entry.settle_exception(exc)
 
     def _unmatched_exit(self) -> None:
         if not self._warned_unmatched:
