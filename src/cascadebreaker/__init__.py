@@ -9,9 +9,12 @@ from .core import (
     ConsecutiveFailures,
     CountWindow,
     ExponentialBackoff,
+    FailureInfo,
     FailureRate,
     FixedBackoff,
     Outcome,
+    Reason,
+    Scope,
     SlowCallRate,
     State,
     TimeWindow,
@@ -21,6 +24,7 @@ from .degraded import FallbackReason, GuardedResult
 from .errors import CascadeBreakerError, CircuitOpenError
 from .events import OutcomeEvent, TransitionEvent
 from .permit import Permit
+from .snapshot import BreakerSnapshot, CallCounts, PolicyWindow
 from .stores.base import BreakerSlot, Store
 from .stores.memory import MemoryStore
 
@@ -29,12 +33,15 @@ __version__ = "0.1.0"
 __all__ = [
     "Backoff",
     "BreakerSlot",
+    "BreakerSnapshot",
+    "CallCounts",
     "CascadeBreakerError",
     "CircuitBreaker",
     "CircuitOpenError",
     "ConsecutiveFailures",
     "CountWindow",
     "ExponentialBackoff",
+    "FailureInfo",
     "FailureRate",
     "FallbackReason",
     "FixedBackoff",
@@ -43,7 +50,10 @@ __all__ = [
     "Outcome",
     "OutcomeEvent",
     "Permit",
+    "PolicyWindow",
+    "Reason",
     "RedisStore",
+    "Scope",
     "SlowCallRate",
     "State",
     "Store",
