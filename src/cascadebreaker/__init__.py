@@ -27,6 +27,7 @@ from .permit import Permit
 from .snapshot import BreakerSnapshot, CallCounts, PolicyWindow
 from .stores.base import BreakerSlot, Store
 from .stores.memory import MemoryStore
+from .stores.quorum import FleetQuorum
 
 __version__ = "0.1.0"
 
@@ -45,6 +46,7 @@ __all__ = [
     "FailureRate",
     "FallbackReason",
     "FixedBackoff",
+    "FleetQuorum",
     "GuardedResult",
     "MemoryStore",
     "Outcome",

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from typing import Any
@@ -26,6 +27,7 @@ from redis.retry import Retry
 from ..core.config import BreakerConfig
 from ..core.state import Outcome
 from .base import Clock
+from .quorum import NO_QUORUM_ARGS, FleetQuorum, default_instance
 from .redis_scripts import REDIS_ERRORS, RemoteState, load_sources, ms
 from .redis_slot import RedisSlot
 from .redis_subscriber import Subscriber
@@ -54,6 +56,8 @@ class RedisStore:
         socket_timeout: float = 0.25,
         heartbeat: float = 5.0,
         resync_interval: float = 30.0,
+        quorum: FleetQuorum | None = None,
+        instance: str | None = None,
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise ValueError(f"namespace must be a non-empty string, got {namespace!r}")
@@ -71,6 +75,12 @@ class RedisStore:
             raise ValueError(f"probe_lease must be > 0, got {probe_lease!r}")
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending!r}")
+        if quorum is not None and not isinstance(quorum, FleetQuorum):
+            raise ValueError(f"quorum must be a FleetQuorum, got {quorum!r}")
+        if instance is not None and (
+            not isinstance(instance, str) or not instance or "," in instance
+        ):
+            raise ValueError(f"instance must be a non-empty string without ',', got {instance!r}")
         if isinstance(client_or_url, str):
             # Fail fast, no retries: a caller on the probe path must not wait out an outage.
             client_or_url = redis.Redis.from_url(
@@ -89,6 +99,9 @@ class RedisStore:
         self.max_pending = max_pending
         self.heartbeat = heartbeat  # silence on the subscription before a PING checks it
         self.resync_interval = resync_interval  # anti-entropy: re-read every breaker this often
+        self.quorum = quorum
+        self._own_instance = instance is None  # a generated id is renewed in a forked child
+        self.instance = instance or default_instance()
         self.dropped = 0  # background messages dropped (queue full, or Redis down)
         self.flushes = 0  # flusher passes completed (diagnostics; tests wait on it)
         self.online = True
@@ -117,6 +130,9 @@ class RedisStore:
     def _after_fork(self) -> None:
         # Threads do not survive fork and locks may have been held by them: start over, and
         # let the new subscriber resynchronise (redis-py's pool reconnects in the child itself).
+        # A forked worker is another instance of the fleet: it votes under its own id.
+        if self._own_instance:
+            self.instance = default_instance()
         self._slots_lock = threading.Lock()
         for slot in self._slots.values():
             slot.lock = threading.Lock()
@@ -191,10 +207,14 @@ class RedisStore:
             return None
         return RemoteState.from_reply(reply)
 
+    def quorum_args(self) -> tuple[str, int, float, int]:
+        """The fleet-quorum arguments of trip.lua and report.lua."""
+        return NO_QUORUM_ARGS if self.quorum is None else self.quorum.script_args(self.instance)
+
     def send_trip(self, slot: RedisSlot, reason: str, detail: str, failure: str) -> None:
-        """Queue a local trip for immediate push."""
+        """Queue a local trip (with a quorum: a vote) for immediate push."""
         wait = ms(slot.next_wait())
-        args = (slot.remote_version, wait, reason, 0, detail, failure)
+        args = (slot.remote_version, wait, reason, 0, detail, failure, *self.quorum_args())
         self._urgent_op(("trip", slot, args))
 
     def send_probe(
@@ -289,7 +309,8 @@ class RedisStore:
                 lead, had, tail, seen, failure = report
                 wait = ms(slot.next_wait())
                 args = (lead, int(had), tail, slot.threshold, wait, seen, failure)
-                ops.append(("report", slot, args))
+                ops.append(("report", slot, (*args, *self.quorum_args())))
+        ops += self._heartbeats()
         if not ops:
             return
         try:
@@ -305,6 +326,19 @@ class RedisStore:
                 )
                 continue
             slot.apply(RemoteState.from_reply(reply))
+
+    def _heartbeats(self) -> list[Op]:
+        """With a quorum judged by a fraction: say which breakers this instance used lately."""
+        quorum = self.quorum
+        if quorum is None or not quorum.fraction:
+            return []
+        now = time.monotonic()
+        every = quorum.window / 4
+        return [
+            ("seen", slot, (self.instance,))
+            for slot in self.slots_snapshot()
+            if slot.due_heartbeat(now, every)
+        ]
 
     def _pipeline(self, ops: list[Op]) -> list[Any]:
         """Run `ops` in one round trip. EVALSHA directly: redis-py's Script objects would add a

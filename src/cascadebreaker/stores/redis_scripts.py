@@ -13,7 +13,7 @@ from ..core.state import Admission, Mode, State
 # Errors that mean "Redis is unreachable or unwell"; the store never lets them reach a caller.
 REDIS_ERRORS = (RedisError, OSError)
 
-SCRIPT_NAMES = ("admit", "report", "trip", "probe", "control", "read")
+SCRIPT_NAMES = ("admit", "report", "trip", "probe", "control", "read", "seen")
 
 
 def _source(name: str) -> str:

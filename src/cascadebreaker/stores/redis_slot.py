@@ -55,11 +55,25 @@ class RedisSlot(BreakerSlot):
         self.shared_dirty = False  # the fleet's failure count is above zero
         self.pending_trip = False  # a local trip Redis has not heard of (outage)
         self.pending_control: str | None = None
+        # With a fleet quorum: our own trip, not (yet) the fleet's. The local machine then decides
+        # alone (its own open wait and probes) until it closes or the fleet's state moves on.
+        self.local_trip = False
+        self._beat_calls = 0
+        self._beat_at = float("-inf")
 
     @property
     def scope(self) -> Scope:
-        """SHARED while this view follows the fleet; LOCAL while Redis is unreachable."""
-        return Scope.SHARED if self.store.online else Scope.LOCAL
+        """SHARED while this view follows the fleet; LOCAL while Redis is unreachable or while a
+        trip of ours has not reached the fleet quorum."""
+        return Scope.LOCAL if self.local_trip or not self.store.online else Scope.SHARED
+
+    def due_heartbeat(self, now: float, every: float) -> bool:
+        """True when calls went through since the last heartbeat, at most once per `every` s."""
+        calls = self.successes + self.failures
+        if calls == self._beat_calls or now - self._beat_at < every:
+            return False
+        self._beat_calls, self._beat_at = calls, now
+        return True
 
     def probes_out(self) -> int:
         """Fleet-wide probes out while half-open (as Redis last said), else 0."""
@@ -83,6 +97,8 @@ class RedisSlot(BreakerSlot):
         return None
 
     def _admit_off_closed(self, now: float) -> Admitted:
+        if self.local_trip:
+            return super()._admit_off_closed(now)  # our own open wait and our own probes
         round_ = self.machine.round
         local = self._local_decision(now)
         if local is not None:
@@ -124,6 +140,8 @@ class RedisSlot(BreakerSlot):
         if m.state is State.CLOSED and m.mode is Mode.NORMAL:
             return _ADMIT, round_, 0
         now = self.clock()
+        if self.local_trip:
+            return super()._admit_off_closed(now)
         local = self._local_decision(now)
         if local is not None:
             return local, round_, 0
@@ -184,13 +202,24 @@ class RedisSlot(BreakerSlot):
         self.store.mark_pending(self)
 
     def _after_transitions(self, transitions: Iterable[Transition]) -> None:
+        # Moves of the local machine (adopted shared states go to the listeners directly).
         transitions = tuple(transitions)
-        super()._after_transitions(transitions)
+        quorum = self.store.quorum is not None
+        votes = []
         for t in transitions:
             # Our own policy tripped a closed circuit: push it now, not with the next batch.
-            closed_to_open = t.from_state is State.CLOSED and t.to_state is State.OPEN
-            if closed_to_open and self.machine.mode is Mode.NORMAL:
-                self.store.send_trip(self, t.reason, t.detail, self._failure_text())
+            # With a quorum it is a vote, and so is every reopening of our own local trip.
+            tripped = t.from_state is State.CLOSED and t.to_state is State.OPEN
+            reopened = self.local_trip and t.to_state is State.OPEN
+            if (tripped or reopened) and self.machine.mode is Mode.NORMAL:
+                votes.append(t)
+                if quorum:
+                    self.local_trip = True
+            elif t.to_state is State.CLOSED:
+                self.local_trip = False  # our own probes closed it: back with the fleet
+        super()._after_transitions(transitions)
+        for t in votes:
+            self.store.send_trip(self, t.reason, t.detail, self._failure_text())
 
     def _failure_text(self) -> str:
         failure = self.last_failure
@@ -248,9 +277,15 @@ class RedisSlot(BreakerSlot):
                 wait = max(0.0, m.open_until - self.clock()) if m.state is State.OPEN else 0.0
                 reason = m.reason or "consecutive_failures"
                 detail = m.detail or "tripped while Redis was unreachable"
-                args = (0, ms(wait), reason, 1, detail, self._failure_text())
+                quorum = self.store.quorum_args()
+                args = (0, ms(wait), reason, 1, detail, self._failure_text(), *quorum)
                 remote = RemoteState.from_reply(self.store.run("trip", self, args))
+                if remote.state is State.CLOSED and self.store.quorum is not None:
+                    self.local_trip = True  # a vote short of the quorum: stay open for us alone
+                    return
             pending_trip = False
+            if self.local_trip and remote.version <= self.remote_version:
+                return  # the fleet did not move: our own trip stands
             self.apply(remote, resync_from=None if periodic else before)
         except BaseException:
             # Still cut off: keep what was not delivered for the next attempt.
@@ -283,6 +318,7 @@ class RedisSlot(BreakerSlot):
         self.remote_version = r.version
         self.remote_opens = r.opens
         self.hold_until = 0.0
+        self.local_trip = False  # the fleet moved on: its state wins over a trip of ours
         self._lead = self._tail = 0
         self._had_success = False
         if r.failure:

@@ -11,8 +11,9 @@ local function num(x) return string.format('%.0f', x) end
 -- Fields of the hash; a hash written by an older version lacks some: they read as 0 or ''.
 local FIELDS = {'state', 'mode', 'version', 'open_until', 'opens', 'reason', 'fails', 'probes',
   'probe_ok', 'half_since', 'lease_until', 'issued', 'reclaimed', 'p_calls', 'p_fail', 'p_slow',
-  'detail', 'failure'}
-local TEXT = {state = true, mode = true, reason = true, detail = true, failure = true}
+  'detail', 'failure', 'run_by'}
+local TEXT = {state = true, mode = true, reason = true, detail = true, failure = true,
+  run_by = true}
 
 local function load()
   local f = redis.call('HMGET', KEY, unpack(FIELDS))
@@ -50,13 +51,13 @@ end
 local function open(s, wait_ms, why, detail)
   s.opens = s.opens + 1
   s.open_until = NOW + wait_ms
-  s.fails = 0
+  s.fails, s.run_by = 0, ''
   start_round(s)
   move(s, 'OPEN', why, detail)
 end
 
 local function close(s, why, detail)
-  s.opens, s.fails = 0, 0
+  s.opens, s.fails, s.run_by = 0, 0, ''
   start_round(s)
   move(s, 'CLOSED', why, detail)
 end
@@ -99,3 +100,52 @@ local function finish(s, admission)
 end
 
 local ADMIT, PROBE, REJECT = 0, 1, 2
+
+-- Fleet quorum (stores/quorum.py). Fields `vote:<instance>` = '<ms>:<version>' (the instance's
+-- own policy tripped in closed round <version>) and `seen:<instance>` = ms of its last activity.
+-- Count the votes of the current closed round and the instances active within the window;
+-- delete entries that fell out of it.
+local function fleet(s, window_ms)
+  local all = redis.call('HGETALL', KEY)
+  local since, voters, active, stale = NOW - window_ms, 0, 0, {}
+  for i = 1, #all, 2 do
+    local field, value = all[i], all[i + 1]
+    local kind = string.sub(field, 1, 5)
+    if kind == 'vote:' then
+      local at, version = string.match(value, '^(%d+):(%d+)$')
+      if at and tonumber(at) >= since and tonumber(version) == s.version then
+        voters = voters + 1
+      else
+        stale[#stale + 1] = field
+      end
+    elseif kind == 'seen:' then
+      if tonumber(value) >= since then active = active + 1 else stale[#stale + 1] = field end
+    end
+  end
+  if #stale > 0 then redis.call('HDEL', KEY, unpack(stale)) end
+  return voters, active
+end
+
+local function quorum_met(count, active, reporters, fraction)
+  return count >= reporters and count >= fraction * active
+end
+
+local function seen_now(instance)
+  redis.call('HSET', KEY, 'seen:' .. instance, num(NOW))
+end
+
+-- Instances in a run of failures: `run_by` is a comma-separated list.
+local function run_size(run_by)
+  if run_by == '' then return 0 end
+  local n = 1
+  for _ in string.gmatch(run_by, ',') do n = n + 1 end
+  return n
+end
+
+local function run_add(run_by, instance)
+  for id in string.gmatch(run_by, '[^,]+') do
+    if id == instance then return run_by end
+  end
+  if run_by == '' then return instance end
+  return run_by .. ',' .. instance
+end
