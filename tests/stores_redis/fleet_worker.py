@@ -7,6 +7,10 @@ lines on stdout ({"event": ...}) and takes one-word commands on stdin. Modes:
 - probes: on "go", three threads call acquire() until the open wait is over and a second more,
           holding every permit; report the count
 - calls:  call through the breaker until "stop"; report outcomes and anything unexpected
+- route:  call through the breaker until "stop"; the upstream fails while this replica's route is
+          broken ("break" / "fix"); report the first rejection after a break (its time, scope,
+          and the failed calls before it), the first rejection by the fleet's shared circuit,
+          and on "stop" the counts
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from cascadebreaker import CircuitBreaker, CircuitOpenError, Permit, RedisStore
+from cascadebreaker import CircuitBreaker, CircuitOpenError, FleetQuorum, Permit, RedisStore, Scope
 from cascadebreaker.events import TransitionEvent
 
 NAME = "fleet-upstream"
@@ -46,12 +50,15 @@ def main() -> int:
     settings: dict[str, Any] = json.loads(raw)
     logs = CountingHandler()
     logging.getLogger("cascadebreaker").addHandler(logs)
-    store = RedisStore.from_url(url, namespace=namespace)
+    quorum = settings.pop("quorum", None)
+    store = RedisStore.from_url(
+        url, namespace=namespace, quorum=None if quorum is None else FleetQuorum(**quorum)
+    )
     store.wait_ready(10.0)
     breaker = CircuitBreaker(NAME, store=store, **settings)
 
     def on_change(event: TransitionEvent) -> None:
-        say(event="state", state=event.to_state.value, at=time.monotonic())
+        say(event="state", state=event.to_state.value, scope=event.scope.value, at=time.monotonic())
 
     breaker.add_listener(on_change)
     say(event="ready", state=breaker.state.value)
@@ -77,6 +84,8 @@ def main() -> int:
         sys.stdin.readline()
     elif mode == "calls":
         run_calls(breaker, logs)
+    elif mode == "route":
+        run_route(breaker)
     store.close()
     return 0
 
@@ -112,6 +121,55 @@ def run_calls(breaker: CircuitBreaker, logs: CountingHandler) -> None:
         logs=logs.messages,
         state=breaker.state.value,
     )
+
+
+def run_route(breaker: CircuitBreaker) -> None:
+    counts = {"ok": 0, "failed": 0, "rejected": 0}
+    broken = threading.Event()
+    stop = threading.Event()
+    since_break = {"failed": 0, "rejected": False, "shared": False}
+
+    def commands() -> None:
+        for line in sys.stdin:
+            word = line.strip()
+            if word == "break":
+                since_break.update(failed=0, rejected=False, shared=False)
+                broken.set()
+            elif word == "fix":
+                broken.clear()
+            elif word == "stop":
+                break
+        stop.set()
+
+    def upstream() -> str:
+        if broken.is_set():
+            raise ConnectionError("no route to host")
+        return "ok"
+
+    threading.Thread(target=commands, daemon=True).start()
+    while not stop.is_set():
+        try:
+            breaker.call(upstream)
+            counts["ok"] += 1
+        except ConnectionError:
+            counts["failed"] += 1
+            since_break["failed"] += 1
+        except CircuitOpenError as exc:
+            counts["rejected"] += 1
+            if broken.is_set() and not since_break["rejected"]:
+                since_break["rejected"] = True
+                say(
+                    event="rejecting",
+                    at=time.monotonic(),
+                    scope=exc.scope.value,
+                    failed_before=since_break["failed"],
+                )
+            if broken.is_set() and exc.scope is Scope.SHARED and not since_break["shared"]:
+                since_break["shared"] = True
+                say(event="shared", at=time.monotonic())
+        time.sleep(0.002)
+    snapshot = breaker.snapshot()
+    say(event="route", counts=counts, state=snapshot.state.value, scope=snapshot.scope.value)
 
 
 if __name__ == "__main__":

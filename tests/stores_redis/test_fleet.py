@@ -202,3 +202,84 @@ def test_a_store_survives_fork(redis_server: Any, namespace: str) -> None:
         assert worker.exitcode == 0
     finally:
         store.close()
+
+
+def route_fleet(url: str, namespace: str, count: int, **settings: Any) -> list[Member]:
+    fleet = [Member("route", url, namespace, **settings) for _ in range(count)]
+    for member in fleet:
+        member.next_event("ready")
+    return fleet
+
+
+def stop_all(fleet: list[Member]) -> list[dict[str, Any]]:
+    for member in fleet:
+        member.send("stop")
+    reports = [member.next_event("route") for member in fleet]
+    for member in fleet:
+        member.finish()
+    return reports
+
+
+@pytest.mark.parametrize("quorum", [None, {"reporters": 2}], ids=["no-quorum", "quorum"])
+def test_one_replica_with_a_broken_route(
+    redis_server: Any, namespace: str, members: list[Member], quorum: dict[str, Any] | None
+) -> None:
+    settings: dict[str, Any] = {"failure_threshold": 5, "recovery_timeout": 30.0}
+    if quorum is not None:
+        settings["quorum"] = quorum
+    fleet = route_fleet(redis_server.url, namespace, 3, **settings)
+    members.extend(fleet)
+    sick = fleet[0]
+    sick.send("break")
+    first = sick.next_event("rejecting")
+    assert first["failed_before"] <= 5
+    time.sleep(0.5)  # the healthy replicas keep calling meanwhile
+    reports = stop_all(fleet)
+    if quorum is None:
+        # Without a quorum the sick replica's trip opens the shared circuit: the healthy
+        # replicas lose an upstream they could reach (the failure mode the quorum is for).
+        assert first["scope"] == "shared"
+        assert all(r["counts"]["rejected"] > 0 for r in reports[1:]), reports
+        return
+    assert first["scope"] == "local"
+    assert reports[0]["state"] == "OPEN" and reports[0]["scope"] == "local", reports[0]
+    for report in reports[1:]:
+        assert report["counts"]["rejected"] == 0, report
+        assert report["counts"]["ok"] > 0 and report["state"] == "CLOSED", report
+        assert report["scope"] == "shared", report
+
+
+def test_a_real_outage_trips_every_replica_as_fast_with_a_quorum(
+    redis_server: Any, namespace: str, members: list[Member], capsys: pytest.CaptureFixture[str]
+) -> None:
+    threshold = 5
+    results: dict[str, tuple[list[int], list[float], list[float]]] = {}
+    for label, quorum in (("no quorum", None), ("quorum of 2", {"reporters": 2})):
+        settings: dict[str, Any] = {"failure_threshold": threshold, "recovery_timeout": 30.0}
+        if quorum is not None:
+            settings["quorum"] = quorum
+        fleet = route_fleet(redis_server.url, f"{namespace}-{len(results)}", 3, **settings)
+        members.extend(fleet)
+        outage = time.monotonic()
+        for member in fleet:
+            member.send("break")
+        rejecting = [member.next_event("rejecting") for member in fleet]
+        shared = [member.next_event("shared") for member in fleet]  # the fleet's circuit opened
+        stop_all(fleet)
+        # Calls that reached the dead upstream before each replica stopped calling it: the
+        # quorum must not let more through than the replica's own threshold.
+        failed = [r["failed_before"] for r in rejecting]
+        assert all(n <= threshold for n in failed), (label, failed)
+        results[label] = (
+            failed,
+            [r["at"] - outage for r in rejecting],
+            [s["at"] - outage for s in shared],
+        )
+    with capsys.disabled():
+        print("\nreal outage, 3 replicas, threshold 5:")
+        for label, (failed, first, everyone) in results.items():
+            print(
+                f"  {label:12} failed calls per replica {failed}; replicas rejecting after "
+                f"max {max(first) * 1000:.0f} ms; shared circuit open for all after "
+                f"max {max(everyone) * 1000:.0f} ms"
+            )
