@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .contract import CIRCUIT_STATE, REASON_CODE, RETRY_AFTER, Reason, Scope, State
 from .core.classify import FailureInfo
-from .core.state import Reason, Scope, State
 
 T = TypeVar("T")
 
@@ -68,8 +68,8 @@ class GuardedResult(Generic[T]):
         return {
             "data": self.data,
             "isDegraded": self.is_degraded,
-            "circuitState": self.circuit_state.value,
+            CIRCUIT_STATE: self.circuit_state.value,
             "reason": self.reason,
-            "reasonCode": self.reason_code,
-            "retryAfter": None if retry is None or math.isinf(retry) else round(retry, 3),
+            REASON_CODE: self.reason_code,
+            RETRY_AFTER: None if retry is None or math.isinf(retry) else round(retry, 3),
         }

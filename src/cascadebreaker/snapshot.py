@@ -6,8 +6,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .contract import RETRY_AFTER, Mode, Scope, State
 from .core.classify import FailureInfo
-from .core.state import Mode, Scope, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class BreakerSnapshot(Mapping[str, Any]):
             "scope": self.scope.value,
             "reason": str(self.reason),
             "detail": self.detail,
-            "retryAfter": self.retry_after,
+            RETRY_AFTER: self.retry_after,
             "openedAt": self.opened_at,
             "probesOut": self.probes_out,
             "round": self.round,

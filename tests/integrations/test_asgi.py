@@ -99,7 +99,7 @@ async def test_rejection_after_the_response_started_propagates() -> None:
 
 async def test_forced_open_answer_has_no_retry_after() -> None:
     app = CircuitOpenMiddleware(
-        raw_app_raising(CircuitOpenError("pinned", State.OPEN, float("inf")))
+        raw_app_raising(CircuitOpenError("pinned", State.OPEN, float("inf"), "forced_open"))
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://t") as c:
         response = await c.get("/")
@@ -110,6 +110,8 @@ async def test_forced_open_answer_has_no_retry_after() -> None:
         "breaker": "pinned",
         "state": "OPEN",
         "retry_after": None,
+        "reason": "forced_open",
+        "scope": "local",
     }
 
 

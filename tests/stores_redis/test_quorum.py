@@ -228,3 +228,26 @@ def test_bad_store_quorum_options(redis_server: Any, option: str, value: object)
 def _seen(store: RedisStore) -> list[str]:
     raw: Any = store.client.hkeys(store.key("upstream"))
     return [k.decode() for k in raw if k.startswith(b"seen:")]
+
+
+def test_metrics_show_a_local_trip(redis_stores: MakeStore) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from cascadebreaker.integrations.prometheus import BreakerCollector
+
+    sick, healthy = fleet(redis_stores, FleetQuorum(reporters=2), members=2)
+    sick_metrics, healthy_metrics = CollectorRegistry(), CollectorRegistry()
+    BreakerCollector(sick_metrics).track(sick)
+    BreakerCollector(healthy_metrics).track(healthy)
+    fail(sick, 3)
+
+    def scope(registry: CollectorRegistry, value: str) -> float | None:
+        return registry.get_sample_value(
+            "ccb_breaker_scope", {"breaker": "upstream", "scope": value}
+        )
+
+    assert scope(sick_metrics, "local") == 1.0 and scope(sick_metrics, "shared") == 0.0
+    assert scope(healthy_metrics, "shared") == 1.0 and scope(healthy_metrics, "local") == 0.0
+    state = {"breaker": "upstream", "state": "OPEN"}
+    assert sick_metrics.get_sample_value("ccb_breaker_state", state) == 1.0
+    assert healthy_metrics.get_sample_value("ccb_breaker_state", state) == 0.0

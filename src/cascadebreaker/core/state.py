@@ -1,17 +1,17 @@
-"""Circuit states, call outcomes and transitions: the vocabulary of the state machine."""
+"""Circuit states, call outcomes and transitions: the vocabulary of the state machine.
+
+The names people and clients read (State, Mode, Scope, Reason) live in `cascadebreaker.contract`
+and are re-exported here; Outcome, Admission and Transition are the machine's own.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum, StrEnum
+from enum import IntEnum
 
+from ..contract import Mode, Reason, Scope, State
 
-class State(StrEnum):
-    """Where a circuit is: CLOSED lets calls through, OPEN rejects them, HALF_OPEN probes."""
-
-    CLOSED = "CLOSED"
-    OPEN = "OPEN"
-    HALF_OPEN = "HALF_OPEN"
+__all__ = ["Admission", "Mode", "Outcome", "Reason", "Scope", "State", "Transition"]
 
 
 class Outcome(IntEnum):
@@ -20,39 +20,6 @@ class Outcome(IntEnum):
     SUCCESS = 0
     FAILURE = 1
     IGNORED = 2  # neither success nor failure (ignored exception, cancellation)
-
-
-class Mode(StrEnum):
-    """Manual control of a breaker, overriding the policy."""
-
-    NORMAL = "NORMAL"
-    FORCED_OPEN = "FORCED_OPEN"  # reject everything until reset
-    DISABLED = "DISABLED"  # always closed, nothing recorded
-
-
-class Scope(StrEnum):
-    """Whose state a breaker shows: its own process's, or the fleet's (a shared store)."""
-
-    LOCAL = "local"  # this process alone (memory store, a replica that tripped alone, offline)
-    SHARED = "shared"  # the state every process sharing the breaker sees
-
-
-class Reason(StrEnum):
-    """Stable codes for why a circuit moved or a call was refused (see contract.py)."""
-
-    CONSECUTIVE_FAILURES = "consecutive_failures"  # the consecutive-failures policy tripped
-    FAILURE_RATE = "failure_rate"  # the failure-rate policy tripped
-    SLOW_CALL_RATE = "slow_call_rate"  # the slow-call-rate policy tripped
-    OPEN_WAIT_OVER = "open_wait_over"  # OPEN -> HALF_OPEN
-    PROBE_FAILED = "probe_failed"  # half-open probes failed: back to OPEN
-    PROBE_SLOW = "probe_slow"  # half-open probes were too slow: back to OPEN
-    PROBES_SUCCEEDED = "probes_succeeded"  # half-open probes succeeded: CLOSED
-    HALF_OPEN_TIMEOUT = "half_open_timeout"  # half-open outlived max_half_open_time
-    PROBE_BUDGET = "probe_budget"  # refused: half-open, every probe slot is taken
-    FORCED_OPEN = "forced_open"
-    DISABLED = "disabled"
-    RESET = "reset"
-    CALL_FAILED = "call_failed"  # a fallback ran because the call itself failed
 
 
 class Admission(IntEnum):

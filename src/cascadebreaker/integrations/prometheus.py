@@ -8,6 +8,7 @@
 
 Exposed, per breaker:
     ccb_breaker_state{breaker, state}              1 for the current state, else 0
+    ccb_breaker_scope{breaker, scope}              1 for local (this process alone) or shared
     ccb_breaker_calls_total{breaker, outcome}      success / failure / ignored / rejected
     ccb_breaker_transitions_total{breaker, from_state, to_state}
 
@@ -25,7 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..breaker import CircuitBreaker
-from ..core.state import State
+from ..core.state import Scope, State
 from ..events import TransitionEvent
 
 __all__ = ["OUTCOMES", "BreakerCollector", "collector_for", "instrument"]
@@ -94,11 +95,19 @@ class BreakerCollector:
         with self._lock:
             self._transitions[key] = self._transitions.get(key, 0) + 1
 
-    def _families(self) -> tuple[GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily]:
+    def _families(
+        self,
+    ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily]:
         p = self._prefix
         return (
             GaugeMetricFamily(
                 f"{p}_state", "Circuit state: 1 for the current state.", labels=["breaker", "state"]
+            ),
+            GaugeMetricFamily(
+                f"{p}_scope",
+                "Whose state: local (this process alone, e.g. a trip short of the fleet quorum) "
+                "or shared (the fleet's).",
+                labels=["breaker", "scope"],
             ),
             CounterMetricFamily(
                 f"{p}_calls", "Calls through the breaker by outcome.", labels=["breaker", "outcome"]
@@ -116,20 +125,25 @@ class BreakerCollector:
 
     def collect(self) -> Iterator[Metric]:
         """Read every tracked breaker now."""
-        state, calls, transitions = self._families()
+        state, scope, calls, transitions = self._families()
         with self._lock:
             breakers = [b for b, _ in self._tracked.values()]
             moves = sorted(self._transitions.items())
         for breaker in breakers:
-            current = breaker.state
+            snapshot = breaker.snapshot()
             for candidate in State:
-                state.add_metric([breaker.name, candidate.value], float(candidate is current))
-            counts = breaker.snapshot()["calls"]
+                state.add_metric(
+                    [breaker.name, candidate.value], float(candidate is snapshot.state)
+                )
+            for where in Scope:
+                scope.add_metric([breaker.name, where.value], float(where is snapshot.scope))
+            counts = snapshot.calls
             for outcome in OUTCOMES:
-                calls.add_metric([breaker.name, outcome], float(counts.get(outcome, 0)))
+                calls.add_metric([breaker.name, outcome], float(getattr(counts, outcome)))
         for (name, from_state, to_state), count in moves:
             transitions.add_metric([name, from_state, to_state], float(count))
         yield state
+        yield scope
         yield calls
         yield transitions
 

@@ -26,7 +26,8 @@ def rejection_headers(error: CircuitOpenError) -> dict[str, str]:
 
 
 def rejection_body(error: CircuitOpenError) -> bytes:
-    """The JSON body: error, breaker, state, retry_after (null when forced open)."""
+    """The JSON body: error, breaker, state, retry_after (null when forced open), reason (a
+    Reason code: why it is open) and scope (local: this process alone; shared: the fleet)."""
     retry = error.retry_after
     return json.dumps(
         {
@@ -34,5 +35,7 @@ def rejection_body(error: CircuitOpenError) -> bytes:
             "breaker": error.name,
             "state": error.state.value,
             "retry_after": None if math.isinf(retry) else round(retry, 3),
+            "reason": error.reason or None,
+            "scope": error.scope.value,
         }
     ).encode()
