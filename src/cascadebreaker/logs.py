@@ -45,19 +45,24 @@ class TransitionLogger:
         retry = breaker.retry_after if breaker and event.to_state.value == "OPEN" else 0.0
         retry_after = None if math.isinf(retry) else round(retry, 3)
         wait = "" if retry_after is None or not retry_after else f", retry after {retry_after}s"
+        why = event.reason or "unknown"
+        if event.detail:
+            why = f"{why}: {event.detail}"
         self.logger.log(
             self.level,
             "circuit %r %s -> %s (%s)%s",
             event.name,
             event.from_state.value,
             event.to_state.value,
-            event.reason or "unknown",
+            why,
             wait,
             extra={
                 "breaker": event.name,
                 "from_state": event.from_state.value,
                 "to_state": event.to_state.value,
                 "reason": event.reason,
+                "detail": event.detail,
+                "scope": event.scope.value,
                 "retry_after": retry_after,
                 "version": event.version,
             },

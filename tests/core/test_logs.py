@@ -30,7 +30,10 @@ def test_transitions_are_logged_at_warning_with_structured_fields(
     assert opened.levelno == logging.WARNING
     assert opened.breaker == "payment"  # type: ignore[attr-defined]
     assert opened.retry_after == 7.0  # type: ignore[attr-defined]
-    assert opened.reason  # type: ignore[attr-defined]
+    assert opened.reason == "consecutive_failures"  # type: ignore[attr-defined]
+    assert opened.detail == "1 consecutive failures"  # type: ignore[attr-defined]
+    assert opened.scope == "local"  # type: ignore[attr-defined]
+    assert "(consecutive_failures: 1 consecutive failures)" in opened.getMessage()
     assert "payment" in opened.getMessage() and "OPEN" in opened.getMessage()
 
 

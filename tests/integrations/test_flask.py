@@ -43,6 +43,8 @@ def test_a_rejection_in_a_view_is_a_503_with_retry_after(clock: FakeClock) -> No
             "breaker": "pricing",
             "state": "OPEN",
             "retry_after": 7.2,
+            "reason": "consecutive_failures",
+            "scope": "local",
         }
         assert httpx.get(f"{url}/boom").status_code == 500  # other errors are Flask's
 

@@ -257,7 +257,11 @@ class ServiceContext:
             "counts": self.stats.snapshot(),
             "last_traceparent": self.stats.last_traceparent,
         }
-        breakers = {name: d.breaker.snapshot() for name, d in self.downstreams.items() if d.breaker}
+        breakers = {
+            name: d.breaker.snapshot().to_dict()
+            for name, d in self.downstreams.items()
+            if d.breaker
+        }
         if breakers:
             body["breakers"] = breakers
         return body
