@@ -180,12 +180,16 @@ class CircuitBreaker:
     def acquire(self) -> Permit:
         """Admit one call or raise CircuitOpenError; record the outcome on the permit."""
         round_ = self._slot.fast
-        return self._fast_permit(round_) if round_ else self._permit(*self._slot.admit())
+        if round_ is not None:
+            return self._fast_permit(round_)
+        return self._permit(*self._slot.admit())
 
     async def aacquire(self) -> Permit:
         """Async twin of `acquire` (shared stores may ask their server off the closed path)."""
         round_ = self._slot.fast
-        return self._fast_permit(round_) if round_ else self._permit(*await self._slot.aadmit())
+        if round_ is not None:
+            return self._fast_permit(round_)
+        return self._permit(*await self._slot.aadmit())
 
     def _fast_permit(self, round_: int) -> Permit:
         return Permit(self._slot, self._classifier, False, 0.0, round_, 0)
@@ -227,7 +231,7 @@ class CircuitBreaker:
         """Run `fn(*args, **kwargs)` through the breaker."""
         slot = self._slot
         round_ = slot.fast
-        if round_:
+        if round_ is not None:
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
@@ -256,7 +260,10 @@ class CircuitBreaker:
         """Run `fn` and return a GuardedResult; upstream failures become degraded results."""
         slot = self._slot
         round_ = slot.fast
-        permit = self._fast_permit(round_) if round_ else self._admitted(*slot.admit())
+        if round_ is not None:
+            permit: Permit | None = self._fast_permit(round_)
+        else:
+            permit = self._admitted(*slot.admit())
         if permit is None:
             slot.rejected()
             return self._degraded(None, fallback)
@@ -283,7 +290,7 @@ class CircuitBreaker:
         """Await `fn(*args, **kwargs)` through the breaker."""
         slot = self._slot
         round_ = slot.fast
-        if round_:
+        if round_ is not None:
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
@@ -317,7 +324,10 @@ class CircuitBreaker:
         """Async twin of `guard`."""
         slot = self._slot
         round_ = slot.fast
-        permit = self._fast_permit(round_) if round_ else self._admitted(*await slot.aadmit())
+        if round_ is not None:
+            permit: Permit | None = self._fast_permit(round_)
+        else:
+            permit = self._admitted(*await slot.aadmit())
         if permit is None:
             slot.rejected()
             return await self._adegraded(None, fallback)
@@ -356,43 +366,42 @@ class CircuitBreaker:
         return lambda f: self._wrap(f, fallback)
 
     def _wrap(self, fn: Callable[P, Any], fallback: Fallback | None) -> Callable[P, Any]:
-        # The wrappers inline the closed fast path; the decorated function may itself take a
+        # The wrappers inline the closed fast path with as few closure variables as possible
+        # (each costs a copy on every call); the decorated function may itself take a
         # `fallback` argument, so they never route through call()'s keyword.
         slot = self._slot
-        failed, settle, fast_permit = self._failed, self._settle, self._fast_permit
+        checked = self._result_check is not None
         if inspect.iscoroutinefunction(fn):
-            afailed, asettle, acall_slow = self._afailed, self._asettle, self._acall_slow
 
             @functools.wraps(fn)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 round_ = slot.fast
-                if round_:
+                if round_ is not None:
                     try:
                         result = await fn(*args, **kwargs)
                     except BaseException as exc:
-                        return await afailed(exc, fast_permit(round_), fallback)
-                    if slot.dirty or self._result_check is not None:
-                        return await asettle(result, fast_permit(round_), fallback)
+                        return await self._afailed(exc, self._fast_permit(round_), fallback)
+                    if slot.dirty or checked:
+                        return await self._asettle(result, self._fast_permit(round_), fallback)
                     slot.successes += 1
                     return result
-                return await acall_slow(fn, args, kwargs, fallback)
+                return await self._acall_slow(fn, args, kwargs, fallback)
 
             return async_wrapper
-        call_slow = self._call_slow
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
             round_ = slot.fast
-            if round_:
+            if round_ is not None:
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:
-                    return failed(exc, fast_permit(round_), fallback)
-                if slot.dirty or self._result_check is not None:
-                    return settle(result, fast_permit(round_), fallback)
+                    return self._failed(exc, self._fast_permit(round_), fallback)
+                if slot.dirty or checked:
+                    return self._settle(result, self._fast_permit(round_), fallback)
                 slot.successes += 1
                 return result
-            return call_slow(fn, args, kwargs, fallback)
+            return self._call_slow(fn, args, kwargs, fallback)
 
         return wrapper
 
@@ -404,7 +413,9 @@ class CircuitBreaker:
             frame = outside_contextlib(frame)
         # On the closed fast path no Permit is built: the block keeps just its round.
         blocks = self._blocks
-        blocks[frame] = (self._slot.fast or self.acquire(), blocks.get(frame))
+        round_ = self._slot.fast
+        entry = round_ if round_ is not None else self.acquire()
+        blocks[frame] = (entry, blocks.get(frame))
         if len(blocks) > MAX_OPEN_BLOCKS:
             forget_oldest(blocks)
         return self
@@ -432,7 +443,8 @@ class CircuitBreaker:
         frame = _getframe(1)
         if frame.f_code.co_filename == CONTEXTLIB:
             frame = outside_contextlib(frame)
-        push(self._blocks, frame, self._slot.fast or await self.aacquire())
+        round_ = self._slot.fast
+        push(self._blocks, frame, round_ if round_ is not None else await self.aacquire())
         return self
 
     async def __aexit__(
@@ -445,18 +457,18 @@ class CircuitBreaker:
 
     def _finish(self, frame: Any, exc: BaseException | None) -> None:
         found, entry = pop(self._blocks, frame)
-        if not found:
+        if not found or entry is None:
             self._unmatched_exit()
             entry = Permit(self._slot, self._classifier, False, 0.0)  # the current round
         self._settle_block(entry, exc)
 
-    def _settle_block(self, entry: Permit | int | None, exc: BaseException | None) -> None:
+    def _settle_block(self, entry: Permit | int, exc: BaseException | None) -> None:
         if not isinstance(entry, Permit):
             slot = self._slot
             if exc is None and not slot.dirty and slot.fast == entry:
                 slot.successes += 1  # the lock-free path: nothing to reset
                 return
-            entry = self._fast_permit(entry or 0)
+            entry = self._fast_permit(entry)
         if exc is None:
             entry.success()
         else:

@@ -75,12 +75,7 @@ class Permit:
             return
         self._done = True
         slot = self._slot
-        if (
-            outcome is _SUCCESS
-            and not self.probe
-            and not slot.dirty
-            and slot.fast == self.round != 0
-        ):
+        if outcome is _SUCCESS and not self.probe and not slot.dirty and slot.fast == self.round:
             slot.successes += 1  # nothing to reset: the lock-free path's bookkeeping
             return
         duration = slot.clock() - self._start if slot.timed else 0.0
