@@ -28,6 +28,7 @@ CASES = {
     "with b:": ("b = CircuitBreaker('bench')", "with b:\n    fn()"),
     "bare await afn()": ("", "await afn()"),
     "await b.acall(afn)": ("b = CircuitBreaker('bench')", "await b.acall(afn)"),
+    "async with b:": ("b = CircuitBreaker('bench')", "async with b:\n    await afn()"),
     "@b async decorator": ("b = CircuitBreaker('bench'); d = b(afn)", "await d()"),
 }
 PROGRAM = """

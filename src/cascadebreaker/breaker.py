@@ -11,17 +11,18 @@ import sys
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from .blocks import (
-    CONTEXTLIB,
+    CONTEXTLIB_GLOBALS,
     MAX_OPEN_BLOCKS,
     Blocks,
+    Entry,
+    Nested,
+    find_entered_elsewhere,
     forget_oldest,
-    outside_contextlib,
-    pop,
-    push,
+    user_frame,
 )
 from .core.classify import Classifier, ExceptionPredicate, ResultPredicate
 from .core.config import BreakerConfig, build_policies
@@ -408,14 +409,15 @@ class CircuitBreaker:
     # -- context managers: each block settles the permit it acquired (see blocks.py) --------
 
     def __enter__(self) -> CircuitBreaker:
-        frame = _getframe(1)  # the frame running the with statement keys its entry
-        if frame.f_code.co_filename == CONTEXTLIB:
-            frame = outside_contextlib(frame)
-        # On the closed fast path no Permit is built: the block keeps just its round.
-        blocks = self._blocks
+        # The block's entry is kept by the frame running the with statement (blocks.py). On
+        # the closed fast path no Permit is built: the block keeps just its round. Inlined
+        # `_open_block`: this is the hot path of every sync block.
         round_ = self._slot.fast
         entry = round_ if round_ is not None else self.acquire()
-        blocks[frame] = (entry, blocks.get(frame))
+        frame = _getframe(1)
+        blocks = self._blocks
+        below = blocks.get(frame)
+        blocks[frame] = entry if below is None else Nested(entry, below)
         if len(blocks) > MAX_OPEN_BLOCKS:
             forget_oldest(blocks)
         return self
@@ -426,25 +428,20 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # Inlined `_close_block` for the common case: a block on the lock-free path that ends
+        # well in the frame that opened it.
         frame = _getframe(1)
-        top = self._blocks.pop(frame, None)
-        if top is None:  # not opened by this frame: through an exit stack, or unmatched
-            return self._finish(outside_contextlib(frame), exc)
-        entry, below = top
-        if below is not None:
-            self._blocks[frame] = below
+        entry = self._blocks.pop(frame, None)
         slot = self._slot
-        if exc is None and entry.__class__ is int and entry == slot.fast and not slot.dirty:
-            slot.successes += 1  # the lock-free path: nothing to reset
-            return None
-        return self._settle_block(entry, exc)
+        if entry.__class__ is int and exc is None and entry == slot.fast and not slot.dirty:
+            slot.successes += 1
+            return
+        self._close_block(frame, exc, entry)
 
     async def __aenter__(self) -> CircuitBreaker:
-        frame = _getframe(1)
-        if frame.f_code.co_filename == CONTEXTLIB:
-            frame = outside_contextlib(frame)
+        frame = _getframe(1)  # before any await: the frame running `async with`
         round_ = self._slot.fast
-        push(self._blocks, frame, round_ if round_ is not None else await self.aacquire())
+        self._open_block(frame, round_ if round_ is not None else await self.aacquire())
         return self
 
     async def __aexit__(
@@ -453,16 +450,41 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._finish(outside_contextlib(_getframe(1)), exc)
+        frame = _getframe(1)
+        entry = self._blocks.pop(frame, None)
+        slot = self._slot
+        if entry.__class__ is int and exc is None and entry == slot.fast and not slot.dirty:
+            slot.successes += 1
+            return
+        self._close_block(frame, exc, entry)
 
-    def _finish(self, frame: Any, exc: BaseException | None) -> None:
-        found, entry = pop(self._blocks, frame)
-        if not found or entry is None:
-            self._unmatched_exit()
-            entry = Permit(self._slot, self._classifier, False, 0.0)  # the current round
+    def _open_block(self, frame: FrameType, entry: Entry) -> None:
+        """Keep `entry` as the innermost block of `frame` (the with statement's frame)."""
+        # A coroutine forgets who awaited it once it returns: an async exit stack's entry is
+        # kept by the frame using the stack (for sync stacks, see find_entered_elsewhere).
+        if frame.f_globals is CONTEXTLIB_GLOBALS:
+            frame = user_frame(frame) or frame
+        blocks = self._blocks
+        below = blocks.get(frame)
+        blocks[frame] = entry if below is None else Nested(entry, below)
+        if len(blocks) > MAX_OPEN_BLOCKS:
+            forget_oldest(blocks)
+
+    def _close_block(
+        self, frame: FrameType, exc: BaseException | None, entry: Entry | Nested | None
+    ) -> None:
+        """Settle the entry popped for `frame` (None: not opened by it)."""
+        if entry is None:
+            entry = find_entered_elsewhere(self._blocks, frame)
+            if entry is None:
+                self._unmatched_exit()
+                entry = Permit(self._slot, self._classifier, False, 0.0)  # the current round
+        if isinstance(entry, Nested):
+            self._blocks[frame] = entry.below
+            entry = entry.entry
         self._settle_block(entry, exc)
 
-    def _settle_block(self, entry: Permit | int, exc: BaseException | None) -> None:
+    def _settle_block(self, entry: Entry, exc: BaseException | None) -> None:
         if not isinstance(entry, Permit):
             slot = self._slot
             if exc is None and not slot.dirty and slot.fast == entry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 from collections.abc import Iterator
@@ -86,3 +87,35 @@ def test_blocks_that_never_exit_are_bounded(
 
 def _raise(exc: BaseException) -> None:
     raise exc
+
+
+def test_an_exit_stack_inside_a_block_settles_its_own_entry(clock: FakeClock) -> None:
+    b = CircuitBreaker("stacked", failure_threshold=1, recovery_timeout=5.0, clock=clock)
+
+    def outer_fails_after_the_inner_stack_probed() -> None:
+        with b:  # admitted while CLOSED
+            with pytest.raises(Down):
+                b.call(_raise, Down())  # trips
+            clock.advance(5.0)
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(b)  # the probe, entered from contextlib's frame
+                assert b.state is State.HALF_OPEN
+            assert b.state is State.CLOSED  # the stack's exit settled the probe
+            raise Down("the outer block fails, after the trip")
+
+    with pytest.raises(Down):
+        outer_fails_after_the_inner_stack_probed()
+    assert b.state is State.CLOSED  # the outer block's round is over: its failure is stale
+
+
+async def test_an_async_exit_stack_settles_its_own_entry(clock: FakeClock) -> None:
+    b = CircuitBreaker("astacked", failure_threshold=1, recovery_timeout=5.0, clock=clock)
+    async with b:
+        with pytest.raises(Down):
+            b.call(_raise, Down())
+        clock.advance(5.0)
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(b)
+            assert b.state is State.HALF_OPEN
+        assert b.state is State.CLOSED
+    assert b.state is State.CLOSED
