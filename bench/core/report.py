@@ -19,12 +19,13 @@ RERUN = ".venv/bin/python bench/core/run.py"
 # The targets are for the call forms; `with b:` is reported, not targeted.
 NOTES = [
     "`best` is the headline: on a shared machine the median carries other processes' noise.",
-    "`with b:` / `async with b:` are reported, not targeted: they allocate a Permit and keep a "
-    "per-context stack (a ContextVar) so nested and concurrent blocks stay correct. A "
-    "pyinstrument profile spreads their cost over seven Python-level calls (`__enter__` -> "
-    "`acquire` -> `_permit` -> `Permit.__init__`, `_push`; `__exit__` -> `_finish` -> "
-    "`Permit.success` -> `Permit._finish`) plus enum class-attribute lookups (~70 ns each on "
-    "CPython 3.11); the call forms inline the closed path and skip all of it.",
+    "`with b:` / `async with b:` are reported, not targeted: every block keeps its own entry "
+    "(its round, or its permit off the closed path) by the frame running the `with` statement, "
+    "so interleaved generators, tasks and blocks resumed on other threads each settle their "
+    "own permit (docs/architecture.md). That costs two frame lookups and a dict entry per "
+    "block; the call forms inline the closed path and skip all of it.",
+    "The wall-clock table moves with the machine's load; the section below counts the closed "
+    "path's instructions with callgrind, which a busy machine cannot skew.",
     "pybreaker's async path runs Tornado coroutines, not asyncio; it has no async row.",
     "purgatory's decorator looks its breaker up on every call; `with brk:` reuses one.",
 ]
@@ -164,14 +165,14 @@ def render_markdown(
     return "\n".join(out) + "\n"
 
 
-def write_section(doc: Path, section: str) -> None:
-    """Replace the `## Core library` section of `doc`, leaving every other section alone."""
+def write_section(doc: Path, section: str, title: str = SECTION) -> None:
+    """Replace the `title` section (`## ...`) of `doc`, leaving every other section alone."""
     if not doc.exists():
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(f"# Benchmarks\n\n{section}\n{OTHER_SECTIONS}")
         return
     lines = doc.read_text().splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == SECTION), None)
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == title), None)
     if start is None:
         text = "".join(lines).rstrip("\n") + "\n\n" + section
         doc.write_text(text)

@@ -30,7 +30,6 @@ response in an error modal. This module needs no Django unless `guarded_optional
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import typing
@@ -168,8 +167,9 @@ class GuardedProp(Generic[_T]):
             code = REASON_FAILED_RESULT
         else:
             code = REASON_UPSTREAM_ERROR
-        # TODO(issue 8): take retryAfter and the reason code from GuardedResult.to_dict().
-        retry = None if math.isinf(reason.retry_after) else round(reason.retry_after, 3)
+        # The breaker's own code (why it is open, or call_failed) is in result.reason_code; the
+        # prop keeps its three codes above, which say what the page shows.
+        retry = result.to_dict()["retryAfter"]
         state = result.circuit_state.value
         if self.fallback is not None:
             return _prop(self.fallback(reason), True, state, code, retry, False, None)
