@@ -99,7 +99,8 @@ def test_a_late_write_never_overwrites_a_newer_state(redis_stores: MakeStore) ->
     eventually(lambda: shared(store).get("state") == "CLOSED")
     newer = int(shared(store)["version"])
     # A trip decided under an older version, and a probe result from an older round, are no-ops.
-    trip = RemoteState.from_reply(store.run("trip", slot, (stale, 1000, "late", 0, "", "")))
+    trip_args = (stale, 1000, "late", 0, "", "", "", 0, 0.0, 0)
+    trip = RemoteState.from_reply(store.run("trip", slot, trip_args))
     assert trip.state is State.CLOSED and trip.version == newer
     probe_args = (stale, "S", 0, 1, 1, 1, 0, 0, 1000, "")
     probe = RemoteState.from_reply(store.run("probe", slot, probe_args))
@@ -273,3 +274,30 @@ def test_a_store_built_on_your_own_client(redis_server: Any, namespace: str) -> 
     finally:
         mine.close()
         other.close()
+
+
+def test_a_trip_right_after_our_own_probe_closed_the_circuit_counts(
+    redis_stores: MakeStore,
+) -> None:
+    # A process's view closes on its own probe's success before Redis's reply (the close, one
+    # version later) comes back; failures right after trip it under the half-open version.
+    store = redis_stores()
+    breaker = CircuitBreaker("upstream", failure_threshold=1, recovery_timeout=0.1, store=store)
+    slot = store.find_slot("upstream")
+    assert slot is not None
+    fail(breaker)
+    eventually(lambda: breaker.retry_after == 0.0)
+    probe = breaker.acquire()
+    half_open = int(shared(store)["version"])
+    probe.success()
+    eventually(lambda: shared(store)["state"] == "CLOSED", what="the probe closes it")
+    assert int(shared(store)["version"]) == half_open + 1
+    no_quorum = ("", 0, 0.0, 0)
+    args = (half_open, 1000, "x", 0, "", "", *no_quorum)
+    trip = RemoteState.from_reply(store.run("trip", slot, args))
+    assert trip.state is State.OPEN  # the closed round this trip saw is the current one
+    breaker.reset()
+    reset = int(shared(store)["version"])
+    args = (reset - 1, 1000, "x", 0, "", "", *no_quorum)
+    stale = RemoteState.from_reply(store.run("trip", slot, args))
+    assert stale.state is State.CLOSED  # one version behind a reset is another round

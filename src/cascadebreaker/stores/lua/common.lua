@@ -68,6 +68,13 @@ local function half_open(s)
   move(s, 'HALF_OPEN', 'open_wait_over')
 end
 
+-- Is the closed round of `s` the one a process saw as version `seen`? Either the same version,
+-- or the close that ended half-open round `seen`: a process's view can only be CLOSED at a
+-- half-open version when its own probe closed it, before the reply (version + 1) came back.
+local function same_closed_round(s, seen)
+  return s.version == seen or (s.version == seen + 1 and s.reason == 'probes_succeeded')
+end
+
 local function remaining(s)
   if s.state == 'OPEN' then return math.max(0, s.open_until - NOW) end
   return 0

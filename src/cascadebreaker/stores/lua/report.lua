@@ -12,7 +12,7 @@ local fraction, window_ms = tonumber(ARGV[13]), tonumber(ARGV[14])
 local s = load()
 if instance ~= '' then seen_now(instance) end
 if threshold < 1 or s.mode ~= 'NORMAL' or s.state ~= 'CLOSED'
-    or not (s.fresh or s.version == seen) then
+    or not (s.fresh or same_closed_round(s, seen)) then
   return finish(s, ADMIT)
 end
 local before, before_by = s.fails, s.run_by

@@ -10,7 +10,8 @@ local detail, failure = ARGV[8], ARGV[9]
 local instance, reporters = ARGV[10], tonumber(ARGV[11])
 local fraction, window_ms = tonumber(ARGV[12]), tonumber(ARGV[13])
 local s = load()
-if s.mode == 'NORMAL' and s.state == 'CLOSED' and (force or s.fresh or s.version == seen) then
+if s.mode == 'NORMAL' and s.state == 'CLOSED'
+    and (force or s.fresh or same_closed_round(s, seen)) then
   local met = true
   if instance ~= '' then
     redis.call('HSET', KEY, 'vote:' .. instance, num(NOW) .. ':' .. num(s.version))
