@@ -428,8 +428,8 @@ class CircuitBreaker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # Inlined `_close_block` for the common case: a block on the lock-free path that ends
-        # well in the frame that opened it.
+        # The start of `_close_block`, inlined for the common case: a block on the lock-free
+        # path that ends well in the frame that opened it.
         frame = _getframe(1)
         entry = self._blocks.pop(frame, None)
         slot = self._slot
@@ -451,12 +451,7 @@ class CircuitBreaker:
         tb: TracebackType | None,
     ) -> None:
         frame = _getframe(1)
-        entry = self._blocks.pop(frame, None)
-        slot = self._slot
-        if entry.__class__ is int and exc is None and entry == slot.fast and not slot.dirty:
-            slot.successes += 1
-            return
-        self._close_block(frame, exc, entry)
+        self._close_block(frame, exc, self._blocks.pop(frame, None))
 
     def _open_block(self, frame: FrameType, entry: Entry) -> None:
         """Keep `entry` as the innermost block of `frame` (the with statement's frame)."""
@@ -474,6 +469,10 @@ class CircuitBreaker:
         self, frame: FrameType, exc: BaseException | None, entry: Entry | Nested | None
     ) -> None:
         """Settle the entry popped for `frame` (None: not opened by it)."""
+        slot = self._slot
+        if entry.__class__ is int and exc is None and entry == slot.fast and not slot.dirty:
+            slot.successes += 1  # the lock-free path: nothing to reset
+            return
         if entry is None:
             entry = find_entered_elsewhere(self._blocks, frame)
             if entry is None:

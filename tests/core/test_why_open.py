@@ -16,6 +16,7 @@ from cascadebreaker import (
     CountWindow,
     FailureRate,
     FallbackReason,
+    Permit,
     Reason,
     Scope,
     State,
@@ -225,7 +226,9 @@ async def test_protect_with_an_async_fallback(breaker: CircuitBreaker) -> None:
     assert await quote() == "fallback (consecutive_failures)"
 
 
-def test_half_open_judged_by_a_window_of_probes(clock: FakeClock) -> None:
+def four_probes_judged_by_their_failure_rate(
+    clock: FakeClock,
+) -> tuple[CircuitBreaker, list[Permit]]:
     b = CircuitBreaker(
         "w",
         failure_threshold=1,
@@ -237,7 +240,11 @@ def test_half_open_judged_by_a_window_of_probes(clock: FakeClock) -> None:
     with pytest.raises(Down):
         b.call(boom)
     clock.advance(5.0)
-    probes = [b.acquire() for _ in range(4)]
+    return b, [b.acquire() for _ in range(4)]
+
+
+def test_half_open_judged_by_a_window_of_probes(clock: FakeClock) -> None:
+    b, probes = four_probes_judged_by_their_failure_rate(clock)
     probes[0].failure(Down())  # one of four failed: not yet a verdict
     assert b.state is State.HALF_OPEN
     probes[1].success()
@@ -248,18 +255,7 @@ def test_half_open_judged_by_a_window_of_probes(clock: FakeClock) -> None:
 
 
 def test_a_window_of_probes_reopens_on_its_failure_rate(clock: FakeClock) -> None:
-    b = CircuitBreaker(
-        "w",
-        failure_threshold=1,
-        recovery_timeout=5.0,
-        half_open_max_calls=4,
-        half_open_failure_rate=0.5,
-        clock=clock,
-    )
-    with pytest.raises(Down):
-        b.call(boom)
-    clock.advance(5.0)
-    probes = [b.acquire() for _ in range(4)]
+    b, probes = four_probes_judged_by_their_failure_rate(clock)
     probes[0].success()
     probes[1].failure(Down())
     assert b.state is State.HALF_OPEN
