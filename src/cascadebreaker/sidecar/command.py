@@ -28,10 +28,15 @@ def register(subparsers: Any) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Load the config (exit 2 when invalid) and serve until SIGTERM (exit 0)."""
+    from cascadebreaker.sidecar.grpc.tls import TlsError, read_material
+
     try:
         config = override_listeners(load_config(args.config), args.listen)
         parse_cascade_config(config.cascade)  # the `cascade:` section has its own model
-    except ConfigError as exc:
+        if config.grpc_tls is not None:
+            tls = config.grpc_tls
+            read_material(tls.cert, tls.key, tls.ca)  # unreadable or mismatched files: exit 2
+    except (ConfigError, TlsError) as exc:
         print(f"ccb sidecar: invalid config {args.config}: {exc}", file=sys.stderr)
         return 2
     return serve(config)

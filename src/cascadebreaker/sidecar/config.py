@@ -173,6 +173,32 @@ class InterceptionConfig(_Strict):
     connect_timeout: float = Field(default=5.0, gt=0)
 
 
+class GrpcTlsConfig(_Strict):
+    """TLS for the gRPC listener (`Call`, `Check`, `Watch`) and our Watch streams to peers.
+
+    The files are read at start and again on SIGHUP or when they change (`reload_interval`);
+    a bad new set is logged and the old one kept."""
+
+    cert: Path  # PEM certificate chain: served to clients, and shown to peers when they ask
+    key: Path  # its PEM private key
+    # PEM CA bundle that peers' certificates must chain to (default: the system's roots);
+    # with `client_auth`, clients of our listener must show a certificate signed by it.
+    ca: Path | None = None
+    client_auth: bool = False  # mutual TLS: refuse clients without a certificate from `ca`
+    # Name checked on peers' certificates instead of the host we dial (peers addressed by IP).
+    server_name: str | None = None
+    reload_interval: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _client_auth_needs_ca(self) -> GrpcTlsConfig:
+        if self.client_auth and self.ca is None:
+            raise ValueError(
+                "grpc_tls.ca: required with grpc_tls.client_auth (the CA that signs the "
+                "clients' certificates)"
+            )
+        return self
+
+
 class SidecarConfig(_Strict):
     """The whole sidecar configuration file."""
 
@@ -182,6 +208,7 @@ class SidecarConfig(_Strict):
     store: str = "memory"
     upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
+    grpc_tls: GrpcTlsConfig | None = None  # None: plaintext gRPC (loopback use)
     interception: InterceptionConfig = InterceptionConfig()
     # Seconds that in-flight requests get to finish after SIGTERM.
     shutdown_grace: float = Field(default=10.0, ge=0)
@@ -268,7 +295,7 @@ def _describe(error: Any) -> str:
         message = str(ctx.get("error", error["msg"]))
     else:
         message = error["msg"][0].lower() + error["msg"][1:]
-    if kind == "value_error" and message.startswith(("app: ", "allow_insecure: ")):
+    if kind == "value_error" and message.startswith(("app: ", "allow_insecure: ", "grpc_tls.")):
         return message  # a model-level rule that names its own key
     return f"{loc}: {message}" if loc else message
 

@@ -1,8 +1,8 @@
 """The composition root: the one place that wires the sidecar's parts and plug-ins together.
 
-`build_runtime` makes the runtime and plugs the cascade into it (through the ports: the runtime
-knows no plug-in); `SidecarServer` binds the listeners, handles SIGTERM and drains in-flight
-requests.
+`build_runtime` makes the runtime and plugs gRPC TLS and the cascade into it (through the ports:
+the runtime knows no plug-in); `SidecarServer` binds the listeners, handles SIGTERM and drains
+in-flight requests; SIGHUP reloads the gRPC TLS certificates.
 
 File descriptors are budgeted: the soft limit is raised to the hard one at start, client
 connections of the data plane are capped below it (each may hold an upstream connection too),
@@ -89,6 +89,10 @@ def build_runtime(
     Build it inside the running event loop."""
     runtime = SidecarRuntime(config, loop, store)
     try:
+        if config.grpc_tls is not None:  # before the cascade: its peer channels use it
+            from cascadebreaker.sidecar.grpc.tls import install_grpc_tls
+
+            install_grpc_tls(runtime)
         install_cascade(runtime)
     except BaseException:
         runtime.close()
@@ -175,6 +179,16 @@ class SidecarServer:
         host, port = sock.getsockname()[:2]
         return f"{host}:{port}"
 
+    def reload(self) -> None:
+        """SIGHUP: read the gRPC TLS files again (nothing else is reloaded)."""
+        from cascadebreaker.sidecar.grpc.tls import installed_tls
+
+        tls = installed_tls(self.runtime) if self.runtime is not None else None
+        if tls is None:
+            log.info("SIGHUP: nothing to reload (no grpc_tls)")
+        else:
+            tls.reload()
+
     def request_stop(self) -> None:
         """Ask `run()` to drain and return (signal handlers call this)."""
         self._stopping.set()
@@ -221,6 +235,8 @@ class SidecarServer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, self.reload)
         await self._stopping.wait()
         log.info("sidecar %s: draining", self.config.service)
         await self.stop()

@@ -10,6 +10,9 @@ pool); this module only maps requests and errors::
     other UpstreamError  -> UNAVAILABLE + `ccb-upstream-error: connect|reset|protocol|error`
     BadArgument          -> INVALID_ARGUMENT
 
+With `grpc_tls:` configured the listener serves TLS (mutual TLS with `client_auth`), its
+certificates reloaded by `tls.GrpcTls`.
+
 `Watch` streams from an injectable `UpdateSource` (the cascade plugs in its own); by default the
 stream stays open and silent until the subscriber cancels it.
 """
@@ -44,6 +47,7 @@ from cascadebreaker.sidecar.grpc.messages import (
 )
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc as pb_grpc
+from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import RouteResolver
 from cascadebreaker.sidecar.proxy.ports import (
@@ -273,12 +277,21 @@ async def start(
     service = SidecarService(runtime, availability, update_source)
     pb_grpc.add_SidecarServicer_to_server(service, server)  # type: ignore[no-untyped-call]
     host = f"[{address.host}]" if ":" in address.host else address.host
+    tls = installed_tls(runtime)  # a `GrpcTls` when `grpc_tls:` is configured
     try:
-        port = server.add_insecure_port(f"{host}:{address.port}")
+        if tls is None:
+            port = server.add_insecure_port(f"{host}:{address.port}")
+        else:
+            port = server.add_secure_port(f"{host}:{address.port}", tls.server_credentials())
     except RuntimeError as exc:
         raise OSError(f"listen.grpc: cannot bind {address}: {exc}") from exc
     if port == 0:
         raise OSError(f"listen.grpc: cannot bind {address}")
     await server.start()
-    log.info("gRPC API listening on %s:%d", address.host, port)
+    log.info(
+        "gRPC API listening on %s:%d (%s)",
+        address.host,
+        port,
+        "plaintext" if tls is None else "mutual TLS" if tls.config.client_auth else "TLS",
+    )
     return GrpcServer(server, port, service)

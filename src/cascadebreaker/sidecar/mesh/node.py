@@ -27,6 +27,7 @@ from cascadebreaker.cascade import (
     Verdict,
     load_secret,
 )
+from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.mesh.bus import UpdateBus
 from cascadebreaker.sidecar.mesh.config import CascadeConfig, valid_address
@@ -79,6 +80,7 @@ class CascadeNode:
             learn_from_traces=config.learn_from_traces,
         )
         loopback_only = self.secret is None
+        tls = installed_tls(runtime)  # peers' Watch streams dial TLS when it is configured
         self.hub = WatchHub(self.table.current, loopback_only=loopback_only)
         self.peers = PeerWatchers(
             self.service,
@@ -86,6 +88,7 @@ class CascadeNode:
             loopback_only=loopback_only,
             on_malformed=lambda: self._count_rejected("malformed"),
             on_forget=self._forget_peer,
+            open_channel=tls.secure_channel if tls is not None else None,
         )
         self.peer_of: dict[str, set[str]] = {}  # upstream -> gRPC addresses of its sidecars
         self.advertise = self._advertised_address()

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -134,8 +134,11 @@ class PeerWatchers:
         loopback_only: bool,
         on_malformed: Callable[[], None] | None = None,
         on_forget: Callable[[str], None] | None = None,
+        open_channel: Callable[[str], Any] | None = None,
     ) -> None:
         self.service = service
+        # `GrpcTls.secure_channel` when TLS is configured, else plaintext.
+        self._open_channel = open_channel or grpc.aio.insecure_channel
         self._on_forget = on_forget
         self._receive = receive
         self._loopback_only = loopback_only
@@ -168,7 +171,7 @@ class PeerWatchers:
         delay = _BACKOFF_FIRST
         alive_at = time.monotonic()  # last sign of life: an update, or a stream that held
         while True:
-            channel = grpc.aio.insecure_channel(address)
+            channel = self._open_channel(address)  # a new handshake: the newest certificates
             opened = time.monotonic()
             try:
                 stream = watch_updates(channel, self.service, (), since, on_malformed=self._bad)
