@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -143,6 +145,52 @@ def test_from_dict_names_what_is_malformed(data: dict[str, Any], message: str) -
 def test_from_json_refuses_non_objects(raw: bytes) -> None:
     with pytest.raises(MalformedUpdate):
         AvailabilityUpdate.from_json(raw)
+
+
+def _raw(**changes: str) -> bytes:
+    """The signed wire form with some values replaced by raw JSON text."""
+    data = {k: json.dumps(v) for k, v in sign(down(), SECRET).to_dict().items()}
+    data.update(changes)
+    return ("{" + ",".join(f'"{k}":{v}' for k, v in data.items()) + "}").encode()
+
+
+# Found by fuzzing the decoder (bench/fuzz): each escaped as another exception than
+# MalformedUpdate, which a Redis subscriber does not expect (it dropped its subscription).
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (_raw(expires_at="NaN"), "expires_at must be a finite number"),
+        (_raw(expires_at="Infinity"), "expires_at must be a finite number"),
+        (_raw(expires_at="1e400"), "expires_at must be a finite number"),
+        (_raw(expires_at="1e300"), "expires_at must be"),  # past what protobuf carries
+        (_raw(version=str(2**64)), "version must be"),
+        (_raw(signature='"\\u00e9"'), "signature must be"),
+        (_raw(signature='"abc"'), "signature must be"),
+        (_raw(endpoint='"checkout POST /v1/orders\\ud800"'), "endpoint must be"),
+        (
+            _raw(
+                cause_chain=f'[{{"endpoint":"{ROOT}","reason":"\\ud800"}},'
+                f'{{"endpoint":"{SELF}","reason":"x"}}]'
+            ),
+            "reason must be",
+        ),
+    ],
+)
+def test_the_decoder_refuses_what_it_cannot_carry(raw: bytes, message: str) -> None:
+    with pytest.raises(MalformedUpdate, match=message):
+        AvailabilityUpdate.from_json(raw)
+
+
+def test_verify_decides_about_any_update_it_is_given() -> None:
+    """Built in code (not decoded), a broken signature or text is a verdict, never an error."""
+    for signature in ("\u00e9" * 64, "zz", "AB" * 32):
+        assert verify(replace(down(), signature=signature), SECRET, now=NOW) is (
+            Verdict.BAD_SIGNATURE
+        )
+    surrogate = AvailabilityUpdate(
+        "checkout", SELF, False, (Cause(SELF, "\ud800"),), NOW + 20, 7, signature="ab" * 32
+    )
+    assert verify(surrogate, SECRET, now=NOW) is Verdict.MALFORMED
 
 
 def test_recovery_update_carries_no_chain() -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -45,6 +47,11 @@ _FIELDS = frozenset(
 )
 _MAX_CHAIN = 64
 _MAX_REASON = 200
+# The protobuf wire carries versions as uint64 and expiry as uint64 milliseconds: the JSON wire
+# accepts no more, so every update decoded from one can be sent on the other.
+_MAX_VERSION = 2**64 - 1
+_MAX_EXPIRES_AT = 1e15  # unix seconds (far past any real expiry, well inside uint64 ms)
+_SIGNATURE = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,8 @@ def chain_from_list(items: Any) -> CauseChain:
         reason = item["reason"]
         if not isinstance(reason, str) or len(reason) > _MAX_REASON:
             raise MalformedUpdate("cause reason must be a string of at most 200 chars")
+        if not _utf8(reason):
+            raise MalformedUpdate("cause reason must be valid UTF-8 text")
         chain.append(Cause(_endpoint(item["endpoint"]), reason))
     return tuple(chain)
 
@@ -125,8 +134,14 @@ class AvailabilityUpdate:
             return "service does not own the endpoint"
         if self.version < 0:
             return "negative version"
-        if self.expires_at <= 0:
+        if self.version > _MAX_VERSION:
+            return "version must be below 2^64"
+        if not self.expires_at > 0:  # NaN too
             return "expires_at must be positive unix time"
+        if not self.expires_at < _MAX_EXPIRES_AT:
+            return f"expires_at must be below {_MAX_EXPIRES_AT:g}"
+        if not all(map(_utf8, (self.service, str(self.endpoint), *self._reasons()))):
+            return "text must be valid UTF-8"
         if self.available and self.cause_chain:
             return "an available endpoint has no cause chain"
         if not self.available:
@@ -137,6 +152,9 @@ class AvailabilityUpdate:
             if len({c.endpoint for c in self.cause_chain}) != len(self.cause_chain):
                 return "the cause chain repeats an endpoint"
         return None
+
+    def _reasons(self) -> list[str]:
+        return [cause.reason for cause in self.cause_chain]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (the wire form)."""
@@ -168,10 +186,20 @@ class AvailabilityUpdate:
             raise MalformedUpdate("service must be a string and available a boolean")
         if isinstance(version, bool) or not isinstance(version, int):
             raise MalformedUpdate("version must be an integer")
+        if version > _MAX_VERSION:
+            raise MalformedUpdate("version must be below 2^64")
         if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
             raise MalformedUpdate("expires_at must be a number")
+        if isinstance(expires_at, int) and expires_at >= _MAX_EXPIRES_AT:
+            raise MalformedUpdate(f"expires_at must be below {_MAX_EXPIRES_AT:g}")  # no float()
+        if not math.isfinite(expires_at):  # JSON allows NaN and Infinity
+            raise MalformedUpdate("expires_at must be a finite number")
         if not isinstance(signature, str):
             raise MalformedUpdate("signature must be a string")
+        if signature and not _SIGNATURE.fullmatch(signature):
+            raise MalformedUpdate("signature must be 64 lowercase hex digits (or empty)")
+        if not _utf8(service):
+            raise MalformedUpdate("service must be valid UTF-8 text")
         update = cls(
             service=service,
             endpoint=_endpoint(data["endpoint"]),
@@ -200,9 +228,22 @@ class AvailabilityUpdate:
         return cls.from_dict(data)
 
 
+def _utf8(text: str) -> bool:
+    """True when `text` encodes as UTF-8 (JSON escapes can smuggle in lone surrogates)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _endpoint(value: Any) -> Endpoint:
     if not isinstance(value, str):
         raise MalformedUpdate("endpoint must be a string")
+    if not _utf8(value):
+        raise MalformedUpdate("endpoint must be valid UTF-8 text")
     try:
         return Endpoint.parse(value)
     except ValueError as exc:
@@ -240,6 +281,8 @@ def verify_signature(update: AvailabilityUpdate, secret: bytes | None) -> Verdic
         return Verdict.ACCEPTED
     if not update.signature:
         return Verdict.UNSIGNED
+    if not _SIGNATURE.fullmatch(update.signature):  # compare_digest refuses non-ASCII text
+        return Verdict.BAD_SIGNATURE
     if not hmac.compare_digest(update.signature, _mac(update, secret)):
         return Verdict.BAD_SIGNATURE
     return Verdict.ACCEPTED
