@@ -20,6 +20,7 @@ from cascadebreaker.cascade import (
     canonical_bytes,
     sign,
     verify,
+    verify_signature,
 )
 
 from .helpers import ep
@@ -184,9 +185,9 @@ def test_the_decoder_refuses_what_it_cannot_carry(raw: bytes, message: str) -> N
 def test_verify_decides_about_any_update_it_is_given() -> None:
     """Built in code (not decoded), a broken signature or text is a verdict, never an error."""
     for signature in ("\u00e9" * 64, "zz", "AB" * 32):
-        assert verify(replace(down(), signature=signature), SECRET, now=NOW) is (
-            Verdict.BAD_SIGNATURE
-        )
+        broken = replace(down(), signature=signature)
+        assert verify(broken, SECRET, now=NOW) is Verdict.MALFORMED
+        assert verify_signature(broken, SECRET) is Verdict.BAD_SIGNATURE
     surrogate = AvailabilityUpdate(
         "checkout", SELF, False, (Cause(SELF, "\ud800"),), NOW + 20, 7, signature="ab" * 32
     )

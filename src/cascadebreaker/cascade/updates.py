@@ -52,6 +52,10 @@ _MAX_REASON = 200
 _MAX_VERSION = 2**64 - 1
 _MAX_EXPIRES_AT = 1e15  # unix seconds (far past any real expiry, well inside uint64 ms)
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
+# What both wires carry as an endpoint: `*` or an HTTP method token (RFC 9110), and `*` or a
+# route starting with `/` without control characters or spaces.
+_WIRE_METHOD = re.compile(r"\*|[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}")
+_WIRE_TEMPLATE = re.compile(r"\*|/[^\x00-\x20\x7f]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +144,20 @@ class AvailabilityUpdate:
             return "expires_at must be positive unix time"
         if not self.expires_at < _MAX_EXPIRES_AT:
             return f"expires_at must be below {_MAX_EXPIRES_AT:g}"
+        if self.signature and not _SIGNATURE.fullmatch(self.signature):
+            return "signature must be 64 lowercase hex digits (or empty)"
+        if len(self.cause_chain) > _MAX_CHAIN:
+            return f"the cause chain is longer than {_MAX_CHAIN}"
+        if any(len(reason) > _MAX_REASON for reason in self._reasons()):
+            return f"a cause reason is longer than {_MAX_REASON} chars"
         if not all(map(_utf8, (self.service, str(self.endpoint), *self._reasons()))):
             return "text must be valid UTF-8"
+        for endpoint in (self.endpoint, *(cause.endpoint for cause in self.cause_chain)):
+            if not (
+                _WIRE_METHOD.fullmatch(endpoint.method)
+                and _WIRE_TEMPLATE.fullmatch(endpoint.template)
+            ):
+                return f"{endpoint} is not 'service METHOD /route' (or 'service * *')"
         if self.available and self.cause_chain:
             return "an available endpoint has no cause chain"
         if not self.available:
@@ -196,8 +212,6 @@ class AvailabilityUpdate:
             raise MalformedUpdate("expires_at must be a finite number")
         if not isinstance(signature, str):
             raise MalformedUpdate("signature must be a string")
-        if signature and not _SIGNATURE.fullmatch(signature):
-            raise MalformedUpdate("signature must be 64 lowercase hex digits (or empty)")
         if not _utf8(service):
             raise MalformedUpdate("service must be valid UTF-8 text")
         update = cls(
