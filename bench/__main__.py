@@ -2,7 +2,8 @@
 
 A suite is a directory `bench/<name>/` with a `run.py` defining `main(argv) -> int`. Suites run
 one after another in name order (`core` first). ARGS (from the first argument starting with `-`,
-or after `--`) go to every suite named: `python -m bench sidecar --quick`.
+or after `--`) go to every suite named: `python -m bench sidecar --quick`. The long reliability
+runs (`chaos`, `fuzz`) run only when named.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ("core",)  # suites that should run first; the rest follow alphabetically
+# Long, bounded runs (10 minutes by default) that run only when named: `python -m bench chaos`.
+ON_DEMAND = ("chaos", "fuzz")
 
 
 def suites() -> list[str]:
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     status = 0
-    for name in args or available:
+    for name in args or [n for n in available if n not in ON_DEMAND]:
         print(f"== bench {name} ==", flush=True)
         module = importlib.import_module(f"bench.{name}.run")
         code = int(module.main(extra) or 0)
