@@ -9,13 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cascadebreaker.sidecar.command import run_command
+from cascadebreaker.sidecar.command import add_arguments, run_command
 
 
 def main() -> int:
-    """Parse `--config FILE` and run the sidecar."""
+    """Parse `--config FILE [--listen NAME=ADDR ...]` and run the sidecar."""
     parser = argparse.ArgumentParser(prog="python -m cascadebreaker.sidecar")
-    parser.add_argument("--config", required=True, metavar="FILE", help="YAML configuration")
+    add_arguments(parser)
     return run_command(parser.parse_args())
 
 

@@ -14,7 +14,11 @@ from cascadebreaker.sidecar.mesh.config import parse_cascade_config
 
 def register(subparsers: Any) -> None:
     """Add the `sidecar` subcommand."""
-    parser = subparsers.add_parser("sidecar", help="run the sidecar proxy")
+    add_arguments(subparsers.add_parser("sidecar", help="run the sidecar proxy"))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sidecar's arguments (`ccb sidecar` and `python -m cascadebreaker.sidecar` alike)."""
     parser.add_argument("--config", required=True, metavar="FILE", help="YAML configuration")
     parser.add_argument(
         "--listen",
