@@ -330,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
                     "lost": len(verdict.lost),
                     "wrong_refusals": len(verdict.wrong_refusals),
                     "requests": verdict.requests,
+                    "excused": dict(verdict.excused),
+                    "exit_codes": record.exit_codes,
+                    "tracebacks": {k: v["tracebacks"] for k, v in record.logs.items()},
+                    "events": [e.what for e in record.events],
+                    "fuzz_sent": record.hostile.get("counts", {}).get("fuzz_sent", 0),
                 }
             )
         )
