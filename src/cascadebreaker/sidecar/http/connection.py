@@ -166,8 +166,17 @@ class ServerConnection(RequestReader, asyncio.Protocol):
                     self._reject(431, "request header fields too large")
 
     def eof_received(self) -> bool | None:
-        """The client half-closed: finish complete requests' responses, else close now."""
-        if self._active is None or self._receiving is not None or self._in_head:
+        """The client half-closed: answer the complete requests, then close. A request cut
+        short (its head or body unfinished) will never end: it is dropped, not waited for, and
+        never costs the complete ones before it their answers."""
+        unfinished = self._receiving
+        if unfinished is not None:
+            self._receiving = None
+            if unfinished is self._active:
+                return None  # nothing complete to answer: close (connection_lost drops it)
+            self._queue.remove(unfinished)
+            unfinished.connection_lost()
+        if self._active is None:
             return None
         self._eof = True
         return True
