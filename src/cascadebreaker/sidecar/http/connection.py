@@ -99,6 +99,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
         self._writable = True
         self._unwritable_since = 0.0
         self._eof = False
+        self._requests = 0  # request heads received (0: the connection is still silent)
         # Set once the bytes stop being HTTP: a tunnel's sink, or `_ignore` after an error.
         self._divert: Callable[[bytes], None] | None = None
         self._tunnel: TunnelEnd | None = None
@@ -221,6 +222,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
             self._body_bytes = self._body_mark = 0
             self._body_clock = self._body_idle = 0.0
             self._body_swept = self.loop.time()
+        self._requests += 1
         exchange = self.handler.handle(self, request)
         self._receiving = exchange
         if self._active is None:
@@ -329,7 +331,10 @@ class ServerConnection(RequestReader, asyncio.Protocol):
             if now - self._head_started >= tracker.header_timeout:
                 self._reject(408, "request head not received in time")
         else:
-            self._idle_check(now, tracker.idle_timeout)
+            # Before its first request a connection is a head not yet begun: no longer than
+            # header_timeout (a silent client would otherwise hold it for idle_timeout).
+            timeout = tracker.idle_timeout if self._requests else tracker.header_timeout
+            self._idle_check(now, timeout)
 
     def _idle_check(self, now: float, timeout: float) -> None:
         if self._quiet_mark != self.activity:
