@@ -35,7 +35,7 @@ from bench.docs import DOCS, replace_section
 ROOT = Path(__file__).resolve().parents[2]
 HEADING = "## Fuzzing"
 # Fast raw-bytes decoders first; the structured target (valid messages, slower) takes the rest.
-ORDER = ("update_json", "update_proto", "framing", "update_valid")
+ORDER = ("update_json", "update_proto", "framing_requests", "framing_responses", "update_valid")
 
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 _STATS = re.compile(r"cov: (\d+) ft: (\d+) corp: (\d+)/")

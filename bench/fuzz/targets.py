@@ -10,6 +10,9 @@ Each target feeds its input to a pure decoder and checks what came out:
 - a mutated signed message that still verifies must mean the same as the one signed (no
   forgery by mutation).
 
+HTTP/1.1 framing (the sidecar's request reader and response framing) has its own targets in
+framing.py, registered here.
+
 The same functions run under atheris (`python -m bench fuzz`) and under hypothesis in the test
 suite (tests/cascade/test_updates_fuzz.py), so the oracle is written once.
 """
@@ -178,8 +181,15 @@ def update_valid(data: bytes) -> None:
     json.loads(canonical_bytes(update))  # canonical bytes are JSON any language reads
 
 
+def _framing_targets() -> dict[str, Callable[[bytes], None]]:
+    from bench.fuzz.framing import request_stream, response_relay
+
+    return {"framing_requests": request_stream, "framing_responses": response_relay}
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "update_json": update_json,
     "update_proto": update_proto,
     "update_valid": update_valid,
+    **_framing_targets(),
 }
