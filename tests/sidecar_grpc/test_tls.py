@@ -8,6 +8,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -234,10 +235,12 @@ def test_sighup_reloads_the_certificates_of_a_running_sidecar(
         )
     )
     log = tmp_path / "sidecar.log"
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "cascadebreaker.cli", "sidecar", "--config", str(path)],
             stderr=sink,
+            env=env,
         )
     address = f"127.0.0.1:{grpc_port}"
     try:
@@ -257,12 +260,20 @@ def test_sighup_reloads_the_certificates_of_a_running_sidecar(
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "SIGHUP did not reload the certificates"
             time.sleep(0.1)
+        for _ in range(5):  # plaintext at the TLS port, as a scanner would
+            with socket.create_connection(("127.0.0.1", grpc_port), timeout=10) as sock:
+                sock.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                while sock.recv(4096):
+                    pass
     finally:
         process.terminate()
         assert process.wait(timeout=30) == 0
     text = log.read_text()
     assert "gRPC TLS reloaded" in text
     assert "Traceback" not in text
+    # Failed handshakes (plaintext, a client trusting the other CA) leave no line each: any
+    # client could fill the log with them.
+    assert "Handshake failed" not in text, text
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from typing import Any
 
@@ -32,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Load the config (exit 2 when invalid) and serve until SIGTERM (exit 0)."""
+    # Before gRPC loads: its core writes a line to stderr for every failed TLS handshake, so
+    # any client could fill the log. Its errors still show; GRPC_VERBOSITY=INFO shows the rest.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from cascadebreaker.sidecar.grpc.tls import TlsError, read_material
 
     try:
