@@ -164,6 +164,7 @@ def _raw(**changes: str) -> bytes:
         (_raw(expires_at="Infinity"), "expires_at must be a finite number"),
         (_raw(expires_at="1e400"), "expires_at must be a finite number"),
         (_raw(expires_at="1e300"), "expires_at must be"),  # past what protobuf carries
+        (_raw(expires_at="225792068811225.97"), "expires_at must be"),  # ms lost in a float
         (_raw(version=str(2**64)), "version must be"),
         (_raw(signature='"\\u00e9"'), "signature must be"),
         (_raw(signature='"abc"'), "signature must be"),

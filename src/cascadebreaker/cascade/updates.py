@@ -50,7 +50,9 @@ _MAX_REASON = 200
 # The protobuf wire carries versions as uint64 and expiry as uint64 milliseconds: the JSON wire
 # accepts no more, so every update decoded from one can be sent on the other.
 _MAX_VERSION = 2**64 - 1
-_MAX_EXPIRES_AT = 1e15  # unix seconds (far past any real expiry, well inside uint64 ms)
+# Unix seconds, far past any real expiry: below it a float holds every millisecond exactly
+# (2^53 ms is ~9e12 s), so an expiry reads back the same from either wire.
+_MAX_EXPIRES_AT = 1e12
 _SIGNATURE = re.compile(r"[0-9a-f]{64}")
 # What both wires carry as an endpoint: `*` or an HTTP method token (RFC 9110), and `*` or a
 # route starting with `/` without control characters or spaces.
