@@ -34,12 +34,13 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.cascade.run import write_section
 from bench.chaos.load import Load, Outcome
 from bench.chaos.report import Event, Sample, judge, log_lines, memory, series
 from bench.chaos.topology import HEADER_TIMEOUT, RECOVERY, ROOT, Topology, build
-from bench.docs import DOCS, replace_section
 from cascadebreaker.testing import throwaway_redis
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 HEADING = "## Chaos and soak"
 GRACE = RECOVERY + 7.0  # after a peer is back: probe, close, propagate "available"
 SAMPLE_EVERY = 5.0
@@ -340,12 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.short and args.minutes >= 10:
         machine = f"Python {platform.python_version()}, {os.cpu_count()} cores"
-        replace_section(
-            DOCS / "reliability.md",
-            HEADING,
-            f"Latest run: `python -m bench chaos --minutes {args.minutes:g}` ({machine}, "
-            f"{time.strftime('%Y-%m-%d')}).\n\n{text}",
-            "Reliability",
+        write_section(
+            DOC,
+            f"{HEADING}\n\nLatest run: `python -m bench chaos --minutes {args.minutes:g}` "
+            f"({machine}, {time.strftime('%Y-%m-%d')}).\n\n{text}\n",
         )
     return 0 if passed else 1
 

@@ -30,9 +30,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.docs import DOCS, replace_section
+from bench.cascade.run import write_section
 
 ROOT = Path(__file__).resolve().parents[2]
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 HEADING = "## Fuzzing"
 # Fast raw-bytes decoders first; the structured target (valid messages, slower) takes the rest.
 ORDER = ("update_json", "update_proto", "framing_requests", "framing_responses", "update_valid")
@@ -193,12 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"work directory: {workdir}")
     if not args.quick and not args.target:
         machine = f"Python {platform.python_version()}, {os.cpu_count()} cores"
-        replace_section(
-            DOCS / "reliability.md",
-            HEADING,
-            f"Latest run: `python -m bench fuzz --minutes {args.minutes:g}` ({machine}, "
-            f"{time.strftime('%Y-%m-%d')}).\n\n{table}",
-            "Reliability",
+        write_section(
+            DOC,
+            f"{HEADING}\n\nLatest run: `python -m bench fuzz --minutes {args.minutes:g}` "
+            f"({machine}, {time.strftime('%Y-%m-%d')}).\n\n{table}\n",
         )
     return 1 if any(o.crashed or o.hung for o in outcomes) else 0
 
