@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import httptools
 
+from bench.fuzz.draw import Draw
 from cascadebreaker.sidecar.http.exchange import RequestHead
 from cascadebreaker.sidecar.http.framing import (
     CHUNKED,
@@ -31,34 +32,15 @@ from cascadebreaker.sidecar.http.reader import RequestReader
 __all__ = ["request_stream", "response_relay"]
 
 
-class _Bytes:
-    """Draws values from fuzz bytes (zeros past the end)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.at = 0
-
-    def take(self, n: int) -> bytes:
-        chunk = self.data[self.at : self.at + n]
-        self.at += n
-        return chunk.ljust(n, b"\0")
-
-    def byte(self) -> int:
-        return self.take(1)[0]
-
-    def rest(self) -> bytes:
-        return self.data[self.at :]
-
-
 _TOKEN = b"abcdefghijklmnopqrstuvwxyz0123456789-"
 _PATH = _TOKEN + b"/._~%!$&'()*+,;=:@?"
 
 
-def _text(source: _Bytes, alphabet: bytes, size: int) -> bytes:
+def _text(source: Draw, alphabet: bytes, size: int) -> bytes:
     return bytes(alphabet[b % len(alphabet)] for b in source.take(1 + source.byte() % size))
 
 
-def _request(source: _Bytes) -> tuple[bytes, bytes, bytes, bytes]:
+def _request(source: Draw) -> tuple[bytes, bytes, bytes, bytes]:
     """(raw bytes, method, target, body) of one valid HTTP/1.1 request."""
     method = (b"GET", b"POST", b"PUT", b"DELETE", b"PATCH", b"OPTIONS")[source.byte() % 6]
     target = b"/" + _text(source, _PATH, 60)
@@ -106,7 +88,7 @@ class _Recorder(RequestReader):
 
 def request_stream(data: bytes) -> None:
     """Valid pipelined requests, then noise, in pieces: every valid one comes out whole."""
-    source = _Bytes(data)
+    source = Draw(data)
     valid = [_request(source) for _ in range(1 + source.byte() % 3)]
     cuts = sorted(source.byte() * 7 for _ in range(source.byte() % 5))
     stream = b"".join(raw for raw, _, _, _ in valid) + source.rest()
@@ -128,7 +110,7 @@ def request_stream(data: bytes) -> None:
 
 def response_relay(data: bytes) -> None:
     """An upstream's response, framed by the sidecar for its client, parsed back whole."""
-    source = _Bytes(data)
+    source = Draw(data)
     status = (200, 201, 204, 206, 301, 304, 400, 404, 500, 503)[source.byte() % 10]
     head_request = source.byte() % 5 == 0
     chunked = source.byte() % 3 == 0
@@ -172,7 +154,7 @@ def response_relay(data: bytes) -> None:
         assert done, ("a kept-alive response did not end", status, lines)
 
 
-def _length(source: _Bytes, actual: int) -> bytes:
+def _length(source: Draw, actual: int) -> bytes:
     """A Content-Length value: usually the body's, sometimes odd."""
     kind = source.byte() % 6
     if kind < 3:

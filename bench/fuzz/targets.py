@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from google.protobuf.message import DecodeError
 
+from bench.fuzz.draw import Draw
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.updates import (
     AvailabilityUpdate,
@@ -112,30 +113,8 @@ def update_proto(data: bytes) -> None:
     _decided(update)
 
 
-class _Reader:
-    """Draws values from fuzz bytes (a tiny FuzzedDataProvider that hypothesis can drive too)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.at = 0
-
-    def take(self, n: int) -> bytes:
-        chunk = self.data[self.at : self.at + n]
-        self.at += n
-        return chunk.ljust(n, b"\0")  # past the end: zeros
-
-    def byte(self) -> int:
-        return self.take(1)[0]
-
-    def number(self, limit: int) -> int:
-        return int.from_bytes(self.take(8)) % limit
-
-    def text(self, table: list[str], size: int) -> str:
-        return "".join(map(table.__getitem__, self.take(1 + self.byte() % size)))
-
-
 def _table(alphabet: str) -> list[str]:
-    """Byte -> character, for `_Reader.text`."""
+    """Byte -> character, for `Draw.text`."""
     return [alphabet[i % len(alphabet)] for i in range(256)]
 
 
@@ -145,7 +124,7 @@ _REASON = _table("abcdefghijklmnopqrstuvwxyz0123456789-._/{}~%!$&'()*+,;=:@é中
 _METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "M-SEARCH", "*")
 
 
-def _endpoint(reader: _Reader, service: str) -> Endpoint:
+def _endpoint(reader: Draw, service: str) -> Endpoint:
     method = _METHODS[reader.byte() % len(_METHODS)]
     if method == "*":
         return Endpoint.service_wide(service)
@@ -154,7 +133,7 @@ def _endpoint(reader: _Reader, service: str) -> Endpoint:
 
 def update_valid(data: bytes) -> None:
     """A valid update built from the input, signed: both wires deliver it, and it is accepted."""
-    reader = _Reader(data)
+    reader = Draw(data)
     service = reader.text(_NAME, 20)
     endpoint = _endpoint(reader, service)
     available = bool(reader.byte() & 1)
