@@ -28,6 +28,7 @@ import grpc
 
 if TYPE_CHECKING:  # the client imports this module and stays free of the config's pydantic
     from cascadebreaker.sidecar.config import GrpcTlsConfig
+    from cascadebreaker.sidecar.proxy.ports import PluginHost
 
 __all__ = [
     "PLUGIN_NAME",
@@ -244,7 +245,7 @@ class GrpcTls:
         }
 
 
-def install_grpc_tls(host: Any) -> GrpcTls | None:
+def install_grpc_tls(host: PluginHost) -> GrpcTls | None:
     """Plug `grpc_tls:` of the config into the runtime (None for plaintext gRPC)."""
     if host.config.grpc_tls is None:
         return None
@@ -255,7 +256,7 @@ def install_grpc_tls(host: Any) -> GrpcTls | None:
     return tls
 
 
-def installed_tls(host: Any) -> GrpcTls | None:
+def installed_tls(host: object) -> GrpcTls | None:
     """The TLS set plugged into a runtime, if any."""
     tls = getattr(host, "plugins", {}).get(PLUGIN_NAME)
     return tls if isinstance(tls, GrpcTls) else None
