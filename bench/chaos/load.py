@@ -103,7 +103,7 @@ class Load:
                     "retry-after" in reply.headers or "ccb-cause" in reply.headers
                 )
                 ok = reply.status == expected and _body_ok(kind, n, body, payload)
-                error = "" if ok or refused else f"{reply.status} {payload[:120]!r}"
+                error = "" if ok else f"{reply.status} {payload[:120]!r}"
                 self.outcomes.append(Outcome(at, kind, reply.status, refused, ok, error))
         except Exception as exc:  # every failure of a well-formed request is recorded
             self.outcomes.append(Outcome(at, kind, 0, False, False, repr(exc)[:160]))

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,7 @@ async def chaos(args: argparse.Namespace, workdir: Path) -> Record:
             codes = await asyncio.to_thread(topology.stop)
     hostile_counts = await asyncio.to_thread(_read_json, hostile_out)
     logs = await asyncio.to_thread(_all_logs, workdir)
+    await asyncio.to_thread(_dump_outcomes, workdir / "outcomes.jsonl", load.outcomes)
     return Record(
         duration, events, load.outcomes, load.shed, samples, hostile_counts, codes, logs, noise
     )
@@ -182,6 +183,14 @@ def _spawn_hostile(
         return subprocess.Popen(
             argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT
         )
+
+
+def _dump_outcomes(path: Path, outcomes: list[Outcome]) -> None:
+    """Every request that was not answered as expected, one JSON line each (for a post-mortem)."""
+    with path.open("w") as out:
+        for o in outcomes:
+            if not o.ok:
+                out.write(json.dumps(asdict(o)) + "\n")
 
 
 def _all_logs(workdir: Path) -> dict[str, dict[str, Any]]:
