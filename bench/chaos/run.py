@@ -111,12 +111,11 @@ def _fds(pid: int) -> int:
         return 0
 
 
-def _machine_noise(seconds: float) -> str:
-    """Load average over the run and the CPU the other processes on the machine took."""
+def _load_average() -> str:
+    """The machine's 1-minute load average (other work on a shared machine shows here)."""
     with contextlib.suppress(OSError):
-        one, five, _ = Path("/proc/loadavg").read_text().split()[:3]
-        return f"load average {one} (1 min), {five} (5 min) on {os.cpu_count()} cores"
-    return "load average unknown"
+        return Path("/proc/loadavg").read_text().split()[0]
+    return "?"
 
 
 @dataclass
@@ -140,6 +139,7 @@ async def chaos(args: argparse.Namespace, workdir: Path) -> Record:
     with throwaway_redis() as redis:
         topology = await asyncio.to_thread(build, workdir, redis)
         started = time.monotonic()
+        load_before = _load_average()
         events = timeline(seconds)
         load = Load(topology.load_url, args.rate, started)
         samples: list[Sample] = []
@@ -158,7 +158,10 @@ async def chaos(args: argparse.Namespace, workdir: Path) -> Record:
             stop_sampling.set()
             await sampler
             duration = time.monotonic() - started
-            noise = _machine_noise(duration)
+            noise = (
+                f"load average {load_before} at the start, {_load_average()} at the end, "
+                f"{os.cpu_count()} cores"
+            )
         finally:
             if hostile.poll() is None:
                 hostile.kill()
@@ -227,7 +230,7 @@ def render(record: Record, args: argparse.Namespace) -> tuple[str, bool]:
         f"{seconds / 60:.1f} minutes, {verdict.requests:,} well-formed requests at "
         f"{args.rate:g}/s ({', '.join(f'{k} {v:,}' for k, v in sorted(verdict.by_kind.items()))}), "
         f"{args.slow_clients:,} slow clients, a fuzzing client at {args.fuzz_rate:g}/s; "
-        f"{_describe_events(events)}. Machine: {record.noise} at the end.",
+        f"{_describe_events(events)}. Machine: {record.noise}.",
         "",
         "| verdict | figure |",
         "|---|---|",

@@ -151,6 +151,13 @@ def render(outcomes: list[Outcome], minutes: float, runs: int) -> str:
     return "\n".join(lines)
 
 
+def _load_average() -> str:
+    """The machine's 1-minute load average (other work on a shared machine shows here)."""
+    with contextlib.suppress(OSError):
+        return Path("/proc/loadavg").read_text().split()[0]
+    return "?"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the targets; exit 1 when any crashed or hung."""
     parser = argparse.ArgumentParser(
@@ -178,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [t for t in targets if not args.target or t in args.target]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ccb-fuzz-"))
     deadline = time.monotonic() + args.minutes * 60
+    load_before = _load_average()
     outcomes = []
     for n, target in enumerate(chosen):
         share = int((deadline - time.monotonic()) / (len(chosen) - n))
@@ -193,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"work directory: {workdir}")
     if not args.quick and not args.target:
-        machine = f"Python {platform.python_version()}, {os.cpu_count()} cores"
+        machine = (
+            f"Python {platform.python_version()}, {os.cpu_count()} cores, load average "
+            f"{load_before} at the start and {_load_average()} at the end"
+        )
         write_section(
             DOC,
             f"{HEADING}\n\nLatest run: `python -m bench fuzz --minutes {args.minutes:g}` "
