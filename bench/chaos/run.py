@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                     "tracebacks": {k: v["tracebacks"] for k, v in record.logs.items()},
                     "events": [e.what for e in record.events],
                     "fuzz_sent": record.hostile.get("counts", {}).get("fuzz_sent", 0),
+                    "fuzz_hung": record.hostile.get("counts", {}).get("fuzz_hung", 0),
+                    "shed": record.shed,
                 }
             )
         )
