@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import httpx
@@ -112,3 +113,21 @@ async def test_fetch_of_a_dead_sidecar_says_connection_refused() -> None:
     await collector.fetch(asked=1.0)
 
     assert fleet.sidecars[URL].error == "connection refused"
+
+
+async def test_a_hurry_racing_the_cancel_still_stops_the_collector() -> None:
+    """Python 3.11's wait_for returns the inner result when both finish in one loop step, and
+    the cancellation is lost: the collector polled forever and `ccb dashboard`'s stop hung."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"service": "inventory", "breakers": {}})
+
+    collector, _ = _collector(httpx.MockTransport(answer))
+    task = asyncio.create_task(collector.run())
+    for _ in range(20):  # the first /status, then the wait for the next one
+        await asyncio.sleep(0)
+    collector.hurry()  # the wake-up and the cancel land in the same step
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=5.0)  # a bound on a hang, not a timing claim
+    assert done == {task}, "the collector ignored its cancellation"
+    assert task.cancelled()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -20,6 +20,9 @@ from cascadebreaker.dashboard.sources import Sources
 __all__ = ["Aggregator", "Pacing"]
 
 _TICK = 1.0  # seconds between expiry checks (no I/O)
+_STOP_TIMEOUT = 5.0  # seconds a stop waits for its collectors
+
+log = logging.getLogger("cascadebreaker.dashboard")
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,10 @@ class Aggregator:
         """Stop every collector and close connections."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            _, alive = await asyncio.wait(self._tasks, timeout=_STOP_TIMEOUT)
+            for task in alive:  # a bug, never a reason to hang the process
+                log.error("a dashboard task ignored its cancellation: %r", task)
         self._tasks.clear()
         if self._http is not None:
             await self._http.aclose()

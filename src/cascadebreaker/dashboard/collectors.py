@@ -123,8 +123,10 @@ class SidecarCollector:
                 delay = self.pacer.due_at() - self.clock()
                 if delay > 0:
                     self._wake.clear()
+                    # Not wait_for: on 3.11 it loses a cancel that lands with the wake-up.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await self._wake.wait()
                     continue
                 asked = self.clock()
                 self.pacer.asked(asked)
@@ -132,6 +134,8 @@ class SidecarCollector:
         finally:
             if self._stream is not None:
                 self._stream.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._stream
 
     async def fetch(self, asked: float) -> None:
         """One /status; the fleet learns the answer or that there was none."""
@@ -167,7 +171,8 @@ class SidecarCollector:
             opened = math.inf
             async with grpc.aio.insecure_channel(address) as channel:
                 try:
-                    await asyncio.wait_for(channel.channel_ready(), _CONNECT_TIMEOUT)
+                    async with asyncio.timeout(_CONNECT_TIMEOUT):
+                        await channel.channel_ready()
                     stub = pb_grpc.SidecarStub(channel)  # type: ignore[no-untyped-call]
                     stream = stub.Watch(pb.WatchRequest(subscriber_service=SUBSCRIBER))
                     opened = self.clock()
