@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.pods, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def running_shop() -> Iterator[PodShop]:
+def running_shop(sidecar_uid_reaches_the_checkout: None) -> Iterator[PodShop]:
     require_lab_tools()
     sweep_leftovers()
     lab = Lab()
