@@ -60,7 +60,7 @@ def payment_app(ledger_url: str) -> web.Application:
 
 
 # A refusal from payment's sidecar keeps what says it is one.
-_PASSED = {"content-type", "retry-after", "ccb-cause"}
+_PASSED = {"content-type", "retry-after", "ccb-cause", "ccb-refusal"}  # relays refusals
 
 
 def ledger_app() -> web.Application:

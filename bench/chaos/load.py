@@ -100,7 +100,9 @@ class Load:
             ) as reply:
                 payload = await reply.read()
                 refused = reply.status == 503 and (
-                    "retry-after" in reply.headers or "ccb-cause" in reply.headers
+                    "retry-after" in reply.headers
+                    or "ccb-cause" in reply.headers
+                    or "ccb-refusal" in reply.headers
                 )
                 ok = reply.status == expected and _body_ok(kind, n, body, payload)
                 error = "" if ok else f"{reply.status} {payload[:120]!r}"

@@ -157,11 +157,11 @@ def _sidecar_config(service: str, ports: dict[str, int], **extra: Any) -> dict[s
     }
 
 
-def _upstream(port: int) -> dict[str, Any]:
+def _upstream(port: int, scope: str = "upstream") -> dict[str, Any]:
     return {
         "url": f"http://127.0.0.1:{port}",
         "timeout": 10,
-        "breaker": {"failure_threshold": 5, "recovery_timeout": RECOVERY},
+        "breaker": {"failure_threshold": 5, "recovery_timeout": RECOVERY, "scope": scope},
     }
 
 
@@ -209,7 +209,8 @@ def build(workdir: Path, redis: RedisServer) -> Topology:
         "checkout": _sidecar_config(
             "checkout",
             ports["checkout"],
-            upstreams={"payment": _upstream(ports["payment"]["inbound"])},
+            # Per endpoint: `chain` failing while ledger is down must not open `charge`.
+            upstreams={"payment": _upstream(ports["payment"]["inbound"], scope="endpoint")},
         ),
     }
     sidecars = {}

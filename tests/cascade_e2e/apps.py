@@ -8,6 +8,9 @@ breaker counts, so only the breaker the test aims at trips). How a call carries 
 - `request-id`: forwards `x-request-id` only;
 - `header`: names the endpoint it serves with `ccb-serving-endpoint`, no trace context;
 - `naive`: forwards every header it received (an app that passes headers on blindly).
+
+A call with `relay` makes the route answer a failed call's status and its `ccb-refusal` header
+(an app that relays its upstream's refusal, as an API gateway does).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Call:
     path: str
     mode: str = "trace"  # trace | request-id | header | naive
     optional: bool = False
+    relay: bool = False
 
 
 @dataclass
@@ -63,20 +67,25 @@ class _Handler(BaseHTTPRequestHandler):
         with server.state.lock:
             server.state.seen.append((path, headers))
         failed: list[dict[str, Any]] = []
+        answer, relayed = 200, None
         for call in server.routes.get(path, []):
-            status = self._call(call, path, headers)
-            if not 200 <= status < 300 and not call.optional:
+            status, refusal = self._call(call, path, headers)
+            if not 200 <= status < 300 and call.relay:
+                answer, relayed = status, refusal
+            elif not 200 <= status < 300 and not call.optional:
                 failed.append({"upstream": call.upstream, "path": call.path, "status": status})
         body = json.dumps(
             {"service": server.service, "path": path, "failed": failed, "headers": headers}
         ).encode()
-        self.send_response(424 if failed else 200)
+        self.send_response(424 if failed else answer)
+        if relayed is not None:
+            self.send_header("ccb-refusal", relayed)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def _call(self, call: Call, path: str, inbound: dict[str, str]) -> int:
+    def _call(self, call: Call, path: str, inbound: dict[str, str]) -> tuple[int, str | None]:
         headers: dict[str, str] = {}
         if call.mode == "trace" and "traceparent" in inbound:
             trace_id = inbound["traceparent"].split("-")[1]
@@ -95,9 +104,9 @@ class _Handler(BaseHTTPRequestHandler):
             conn.request("GET", f"/{call.upstream}{call.path}", headers=headers)
             response = conn.getresponse()
             response.read()
-            return response.status
+            return response.status, response.getheader("ccb-refusal")
         except OSError:
-            return 599
+            return 599, None
         finally:
             conn.close()
 

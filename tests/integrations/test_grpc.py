@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from concurrent import futures
 
@@ -11,12 +12,17 @@ from grpc import aio
 from grpc_status import rpc_status
 
 from cascadebreaker import CircuitBreaker, State
+from cascadebreaker.errors import CircuitOpenError
 from cascadebreaker.integrations.grpc import (
     AioBreakerInterceptor,
     BreakerInterceptor,
     CircuitOpenRpcError,
 )
-from cascadebreaker.integrations.grpc_status import parse_rejection, rejection_status
+from cascadebreaker.integrations.grpc_status import (
+    parse_rejection,
+    rejection_rpc_status,
+    rejection_status,
+)
 
 from .conftest import FakeClock
 
@@ -32,6 +38,9 @@ class Inventory:
 
     def _answer(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         self.calls += 1
+        if request == b"REFUSED":  # the server's own breaker for its dependency refused
+            downstream = CircuitOpenError("ledger", State.OPEN, 3.0, "consecutive_failures")
+            context.abort_with_status(rejection_rpc_status(downstream))
         if request != b"OK":
             context.abort(CODES[request], f"told to fail with {request.decode()}")
         return b"stock: 7"
@@ -180,6 +189,45 @@ async def test_aio_interceptors(server: tuple[str, Inventory], clock: FakeClock)
             yield b"OK"
 
         assert [r async for r in chat(ok())] == [b"stock: 7"]
+
+
+def test_a_relayed_refusal_is_not_the_servers_failure(server: tuple[str, Inventory]) -> None:
+    target, _ = server
+    interceptor = BreakerInterceptor(failure_threshold=1)
+    with grpc.intercept_channel(grpc.insecure_channel(target), interceptor) as channel:
+        get = channel.unary_unary(f"/{SERVICE}/Get")
+        watch = channel.unary_stream(f"/{SERVICE}/Watch")
+        for _ in range(3):
+            with pytest.raises(grpc.RpcError) as info:
+                get(b"REFUSED")
+            assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+            with pytest.raises(grpc.RpcError):
+                list(watch(b"REFUSED"))
+        breaker = interceptor.breakers[SERVICE]
+        assert breaker.state is State.CLOSED
+        assert breaker.snapshot()["calls"]["ignored"] == 6
+        with pytest.raises(grpc.RpcError):
+            get(b"UNAVAILABLE")  # a plain UNAVAILABLE still counts
+        assert breaker.state is State.OPEN
+
+
+async def test_aio_a_relayed_refusal_is_not_the_servers_failure(
+    server: tuple[str, Inventory],
+) -> None:
+    target, _ = server
+    breaker = CircuitBreaker("inventory", failure_threshold=1)
+    interceptors = AioBreakerInterceptor.all(breaker=breaker)
+    async with aio.insecure_channel(target, interceptors=interceptors) as channel:
+        get = channel.unary_unary(f"/{SERVICE}/Get")
+        for _ in range(3):
+            with pytest.raises(aio.AioRpcError):
+                await get(b"REFUSED")
+        for _ in range(500):  # outcomes are settled in a task once each call is done
+            if breaker.snapshot()["calls"]["ignored"] == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert breaker.snapshot()["calls"]["ignored"] == 3
+        assert breaker.state is State.CLOSED
 
 
 def test_forced_open_promises_no_retry_delay() -> None:

@@ -6,7 +6,9 @@
 What counts: a call ending in UNAVAILABLE, DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED
 (`failure_codes=`) is a failure; CANCELLED is the caller's (ignored); OK and every business
 code (NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION, ...) is a success: the server answered.
-A stream's outcome is recorded when it ends.
+A stream's outcome is recorded when it ends. An UNAVAILABLE that carries our refusal (the rich
+error below, relayed by a server whose own breaker refused, or a sidecar's `ccb-rejection-bin`)
+is not the server's failure: the permit is given back unrecorded (`grpc_status.is_refusal`).
 
 A rejected call never reaches the channel: it raises a `grpc.RpcError` (for aio, a
 `grpc.aio.AioRpcError`) with code UNAVAILABLE and the standard rich details in
@@ -26,6 +28,7 @@ from ..breaker import CircuitBreaker
 from ..errors import CircuitOpenError
 from ..permit import Permit
 from ..stores.base import Store
+from .grpc_status import is_refusal
 from .grpc_status import rejection_rpc_status as _rejection_rpc_status
 from .routing import BreakerFactory, BreakerRouter
 
@@ -121,8 +124,10 @@ class _Classifier:
             on_new_breaker=on_new_breaker,
         )
 
-    def settle(self, permit: Permit, code: grpc.StatusCode | None) -> None:
-        if code in self.failure_codes:
+    def settle(self, permit: Permit, code: grpc.StatusCode | None, trailers: Any = None) -> None:
+        if code is grpc.StatusCode.UNAVAILABLE and is_refusal(trailers):
+            permit.ignore()  # refused downstream: the server is healthy
+        elif code in self.failure_codes:
             permit.failure()
         elif code is grpc.StatusCode.CANCELLED or code is None:
             permit.ignore()
@@ -153,11 +158,19 @@ class _SettlingStream:
             self._calls.settle(self._permit, self._call.code())
             raise
         except grpc.RpcError as error:
-            self._calls.settle(self._permit, error.code())
+            self._calls.settle(self._permit, error.code(), _trailers(error))
             raise
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._call, name)
+
+
+def _trailers(call: Any) -> Any:
+    """A finished sync call's trailing metadata (None when it has none to give)."""
+    try:
+        return call.trailing_metadata()
+    except Exception:
+        return None
 
 
 def _method(details: grpc.ClientCallDetails) -> str:
@@ -207,7 +220,9 @@ class BreakerInterceptor(
             raise
         # Fires once the call is over (at once for a finished blocking call); for a stream that
         # is read to its end, _SettlingStream records first, in the reader's thread.
-        call.add_done_callback(lambda done: self._calls.settle(permit, done.code()))
+        call.add_done_callback(
+            lambda done: self._calls.settle(permit, done.code(), _trailers(done))
+        )
         return _SettlingStream(call, permit, self._calls) if streaming else call
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
@@ -329,11 +344,14 @@ class _AioGuard:
         return call
 
     async def _settle(self, permit: Permit, call: Any) -> None:
+        trailers = None
         try:
             code = await call.code()
+            if code is grpc.StatusCode.UNAVAILABLE:
+                trailers = await call.trailing_metadata()
         except BaseException:  # a cancelled call may not report a code
             code = None
-        self.calls.settle(permit, code)
+        self.calls.settle(permit, code, trailers)
 
 
 class AioBreakerInterceptor:

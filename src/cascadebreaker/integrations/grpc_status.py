@@ -31,6 +31,7 @@ __all__ = [
     "DOMAIN",
     "ERROR_REASON",
     "RejectionDetails",
+    "is_refusal",
     "parse_rejection",
     "rejection_rpc_status",
     "rejection_status",
@@ -94,3 +95,31 @@ def parse_rejection(call: Any) -> RejectionDetails | None:
     if info is None or info.domain != DOMAIN or info.reason != ERROR_REASON:
         return None
     return RejectionDetails(info.metadata["breaker"], info.metadata["state"], retry_after)
+
+
+_DETAILS_KEY = "grpc-status-details-bin"
+_SIDECAR_REJECTION_KEY = "ccb-rejection-bin"  # the sidecar's `Call` refusal (sidecar/grpc/api.py)
+
+
+def is_refusal(trailing_metadata: Any) -> bool:
+    """True when a call's trailers say a breaker or sidecar of ours refused it (the rich error
+    with our ErrorInfo, or the sidecar's `ccb-rejection-bin`): not a failure of the server.
+
+    Trust: whoever answers can send these trailers; a client honours them from the servers it
+    calls, as it honours their status codes."""
+    for key, value in trailing_metadata or ():
+        if key == _SIDECAR_REJECTION_KEY:
+            return True
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        status = status_pb2.Status()
+        try:
+            status.ParseFromString(value)
+        except Exception:  # protobuf's DecodeError: not ours
+            return False
+        for holder in status.details:
+            if holder.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                holder.Unpack(info)
+                return bool(info.domain == DOMAIN and info.reason == ERROR_REASON)
+    return False

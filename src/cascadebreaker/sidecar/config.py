@@ -67,6 +67,10 @@ class BreakerConfig(_Strict):
     failure_threshold: int = Field(default=5, ge=1)
     recovery_timeout: float = Field(default=20.0, gt=0)
     half_open_max_calls: int = Field(default=1, ge=1)
+    # `upstream`: one breaker for the whole upstream; `endpoint`: one per endpoint (method +
+    # route template), so one failing endpoint does not open its healthy siblings.
+    scope: Literal["upstream", "endpoint"] = "upstream"
+    max_endpoints: int = Field(default=64, ge=1, le=4096)  # past it: the upstream's breaker
 
 
 class RetryBudgetConfig(_Strict):

@@ -16,7 +16,6 @@ its response names one with a token that verifies (a plain upstream cannot make 
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 from cascadebreaker import State
@@ -30,11 +29,25 @@ from cascadebreaker.cascade import (
 from cascadebreaker.cascade.updates import chain_to_list
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.refusals import (
+    ENDPOINT_UNAVAILABLE,
+    REFUSAL_HEADER,
+    UPSTREAM_UNAVAILABLE,
+    open_seal,
+    seal,
+)
 
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.mesh.node import CascadeNode
+    from cascadebreaker.sidecar.proxy.ports import RefusalTrust, RoutePort
 
-__all__ = ["CAUSE_HEADER", "SIDECAR_GRPC_HEADER", "CascadeHook", "CascadeRejection"]
+__all__ = [
+    "CAUSE_HEADER",
+    "SIDECAR_GRPC_HEADER",
+    "CascadeHook",
+    "CascadeRejection",
+    "sealed_refusal_trust",
+]
 
 log = logging.getLogger("cascadebreaker.sidecar.cascade")
 
@@ -45,6 +58,7 @@ _HOP = HOP_HEADER.encode()
 _GRPC = SIDECAR_GRPC_HEADER.encode()
 _STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
 _GRPC_ONLY = frozenset({_GRPC})
+_REFUSAL_ONLY = frozenset({REFUSAL_HEADER})
 
 
 class CascadeRejection(Rejection):
@@ -52,11 +66,17 @@ class CascadeRejection(Rejection):
 
     __slots__ = ("cause",)
 
-    def __init__(self, body: dict[str, Any], unavailability: Unavailability, wall: float) -> None:
+    def __init__(
+        self,
+        body: dict[str, Any],
+        unavailability: Unavailability,
+        wall: float,
+        refusal: bytes | None = None,
+    ) -> None:
         wait = max(unavailability.expires_at - wall, 0.0)
         body["causeChain"] = chain_to_list(unavailability.cause_chain)
         body["retryAfter"] = round(wait, 3)
-        super().__init__(body, 503, wait)
+        super().__init__(body, 503, wait, refusal)
         # Root first, comma separated: `payment * *, checkout POST /v1/orders`.
         self.cause = ", ".join(str(c.endpoint) for c in unavailability.cause_chain).encode(
             "latin-1", "replace"
@@ -64,9 +84,7 @@ class CascadeRejection(Rejection):
 
     def to_bytes(self, close: bool = False) -> bytes:
         """The complete HTTP response, with `ccb-cause`."""
-        extra = [(CAUSE_HEADER.encode(), self.cause)]
-        if self.retry_after is not None:
-            extra.append((b"retry-after", b"%d" % max(1, math.ceil(self.retry_after))))
+        extra = [(CAUSE_HEADER.encode(), self.cause), *self.headers()]
         return json_response(self.status, self.body, extra, close=close)
 
 
@@ -149,9 +167,10 @@ class CascadeHook:
             state = info.state
             if state is None:
                 return
-            trace_key, caller_hop = state
+            trace_key, caller_hop, sent_hop = state
             self.learner.inbound_done(trace_key)
             _strip(info.response_headers, _GRPC_ONLY)  # only we name our address
+            self._reseal_relayed_refusal(info, status, sent_hop)
             if caller_hop is not None and outcome != "rejected":
                 claim = self.node.peer_claim(caller_hop)
                 if claim is not None:
@@ -161,6 +180,17 @@ class CascadeHook:
         claims = _strip(info.response_headers, _GRPC_ONLY)
         if claims and isinstance(info.state, str):
             self.node.peer_claimed(info.reroute or info.target, claims[0], info.state)
+
+    def _reseal_relayed_refusal(self, info: RequestInfo, status: int, sent_hop: str) -> None:
+        """The app relays a refusal: only one our outbound gave it passes, sealed for the
+        caller (`refusals.py`); any other `ccb-refusal` from the app is dropped."""
+        values = _strip(info.response_headers, _REFUSAL_ONLY)
+        if not values or status != 503:
+            return
+        code = open_seal(self.runtime.refusal_key, values[0])
+        if code is not None:
+            mark = seal(self.node.secret, code, sent_hop)
+            info.response_headers.append((REFUSAL_HEADER, mark))
 
     # -- inbound ----------------------------------------------------------------------------
 
@@ -177,14 +207,17 @@ class CascadeHook:
             trace_key = None
             token = get(HOP_HEADER)
             from_sidecar = token is not None and self._hop_trusted(info, get, token)
+        sent_hop = get(HOP_HEADER) or ""  # what the caller's sidecar binds our refusals to
         if refusal is not None:
             self.node.refused("inbound")
             body = {"error": "endpoint unavailable", "service": info.service}
             body["endpoint"] = str(endpoint)
-            return CascadeRejection(body, refusal, self._wall())
+            mark = seal(self.node.secret, ENDPOINT_UNAVAILABLE, sent_hop)
+            return CascadeRejection(body, refusal, self._wall(), mark)
         # The app never needs the cascade's headers; passed on, they could steer its calls.
         _strip_cascade_headers(headers)
-        info.state = (trace_key, get(HOP_HEADER) if from_sidecar and self._signs_hops else None)
+        caller_hop = sent_hop if from_sidecar and self._signs_hops else None
+        info.state = (trace_key, caller_hop, sent_hop)
         return None
 
     def _hop_trusted(self, info: RequestInfo, get: Any, token: str) -> bool:
@@ -212,7 +245,7 @@ class CascadeHook:
         else:
             callee = self.templates.endpoint(upstream, info.method, info.path)
             refusal = self.table.check(callee)
-        if refusal is not None and _own_breaker(refusal, upstream):
+        if refusal is not None and _own_breaker(refusal, upstream, callee):
             refusal = None  # our breaker for this upstream answers for itself (and probes)
         if alternative is not None and (refusal is not None or self._breaker_open(upstream)):
             alt_callee = Endpoint(alternative, callee.method, callee.template)
@@ -223,7 +256,8 @@ class CascadeHook:
             self.node.refused("outbound")
             body = {"error": "upstream endpoint unavailable", "upstream": upstream}
             body["endpoint"] = str(callee)
-            return CascadeRejection(body, refusal, self._wall())
+            mark = seal(self.runtime.refusal_key, UPSTREAM_UNAVAILABLE)
+            return CascadeRejection(body, refusal, self._wall(), mark)
         _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         if self._signs_hops:
             base = self._base_paths.get(upstream, "")
@@ -238,10 +272,22 @@ class CascadeHook:
         return breaker is not None and breaker.state is State.OPEN and breaker.retry_after > 0
 
 
-def _own_breaker(refusal: Unavailability, upstream: str) -> bool:
-    """True when the only cause is this sidecar's breaker for `upstream` itself."""
+def sealed_refusal_trust(secret: bytes) -> RefusalTrust:
+    """Honour an upstream's `ccb-refusal` only when sealed under the mesh secret for the hop
+    token we sent with the call (a plain upstream cannot forge it)."""
+
+    def trusted(route: RoutePort, info: RequestInfo | None, value: bytes) -> bool:
+        sent = info.state if info is not None and isinstance(info.state, str) else ""
+        return open_seal(secret, value, sent) is not None
+
+    return trusted
+
+
+def _own_breaker(refusal: Unavailability, upstream: str, callee: Endpoint) -> bool:
+    """True when the only cause is this sidecar's breaker for `upstream` itself (or, with
+    `breaker.scope: endpoint`, for the target endpoint)."""
     chain = refusal.cause_chain
-    return len(chain) == 1 and chain[0].endpoint == Endpoint.service_wide(upstream)
+    return len(chain) == 1 and chain[0].endpoint in (Endpoint.service_wide(upstream), callee)
 
 
 def _optional(get: Any) -> Any:

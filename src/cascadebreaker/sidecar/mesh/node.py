@@ -8,6 +8,7 @@ through `table.receive` and whatever changes about our own endpoints is sent on 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from cascadebreaker.cascade import (
     Endpoint,
     Learner,
     RouteTemplates,
+    Target,
     TraceTable,
     Unavailability,
     Verdict,
@@ -124,6 +126,8 @@ class CascadeNode:
         for name, route in self.runtime.routes.items():
             if route.breaker is not None:
                 self._watch_breaker(name, route.breaker)
+            if route.endpoints is not None:  # `scope: endpoint`: each is a root of its own
+                route.endpoints.on_new(functools.partial(self._watch_endpoint_breaker, name))
         redis_url = self.config.redis or (
             self.runtime.config.store if self.runtime.config.store != "memory" else None
         )
@@ -156,7 +160,13 @@ class CascadeNode:
 
     # -- inputs -----------------------------------------------------------------------------
 
-    def _watch_breaker(self, upstream: str, breaker: CircuitBreaker) -> None:
+    def _watch_endpoint_breaker(
+        self, upstream: str, endpoint: str, breaker: CircuitBreaker
+    ) -> None:
+        method, _, template = endpoint.partition(" ")
+        self._watch_breaker(Endpoint(upstream, method, template), breaker)
+
+    def _watch_breaker(self, upstream: Target, breaker: CircuitBreaker) -> None:
         def on_transition(event: Any) -> None:
             to_state = str(getattr(event.to_state, "value", event.to_state))
             if threading.get_ident() == self._loop_thread:
@@ -166,7 +176,7 @@ class CascadeNode:
 
         breaker.add_listener(on_transition)
 
-    def _breaker_moved(self, upstream: str, breaker: CircuitBreaker, to_state: str) -> None:
+    def _breaker_moved(self, upstream: Target, breaker: CircuitBreaker, to_state: str) -> None:
         retry_after = breaker.retry_after if to_state.upper() == "OPEN" else 0.0
         self.send(self.table.breaker_transition(upstream, to_state, retry_after))
 

@@ -25,7 +25,7 @@ def install_cascade(host: PluginHost) -> CascadeNode | None:
     if not config.enabled:
         return None
     from cascadebreaker.sidecar.mesh.admin import CascadeCollector, availability_route
-    from cascadebreaker.sidecar.mesh.hook import CascadeHook
+    from cascadebreaker.sidecar.mesh.hook import CascadeHook, sealed_refusal_trust
     from cascadebreaker.sidecar.mesh.node import CascadeNode
 
     node = CascadeNode(host, config)
@@ -34,6 +34,8 @@ def install_cascade(host: PluginHost) -> CascadeNode | None:
         templates.endpoint(service, method, path).template
     )
     host.hooks.add(CascadeHook(node))
+    if node.secret is not None:
+        host.refusal_trust = sealed_refusal_trust(node.secret)
     host.admin_routes["/availability"] = availability_route(node)
     host.status_sections["cascade"] = node.status
     host.collectors.append(CascadeCollector(node))

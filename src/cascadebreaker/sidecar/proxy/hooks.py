@@ -37,24 +37,38 @@ class Direction(StrEnum):
 
 
 class Rejection:
-    """Refuse a request instead of forwarding it: `status` + `retry-after` + a JSON body."""
+    """Refuse a request instead of forwarding it: `status` + `retry-after` + a JSON body.
 
-    __slots__ = ("body", "retry_after", "status")
+    `refusal` is the `ccb-refusal` mark (refusals.py) of the sidecar's own refusals: a calling
+    sidecar does not count them as failures."""
+
+    __slots__ = ("body", "refusal", "retry_after", "status")
 
     def __init__(
-        self, body: dict[str, Any], status: int = 503, retry_after: float | None = None
+        self,
+        body: dict[str, Any],
+        status: int = 503,
+        retry_after: float | None = None,
+        refusal: bytes | None = None,
     ) -> None:
         self.body = body
         self.status = status
         self.retry_after = retry_after
+        self.refusal = refusal
 
-    def to_bytes(self, close: bool = False) -> bytes:
-        """The complete HTTP response."""
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The headers of the reply besides the JSON ones (`retry-after`, `ccb-refusal`)."""
         extra: list[tuple[bytes, bytes]] = []
+        if self.refusal is not None:
+            extra.append((b"ccb-refusal", self.refusal))
         if self.retry_after is not None:
             # retry-after takes whole seconds; never 0 for an open circuit.
             extra.append((b"retry-after", b"%d" % max(1, math.ceil(self.retry_after))))
-        return json_response(self.status, self.body, extra, close=close)
+        return extra
+
+    def to_bytes(self, close: bool = False) -> bytes:
+        """The complete HTTP response."""
+        return json_response(self.status, self.body, self.headers(), close=close)
 
 
 class RequestInfo:
@@ -131,7 +145,8 @@ class RequestHook(Protocol):
         """Before forwarding (after the upstream is resolved, before its breaker): None = go."""
 
     def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
-        """After the response head (or the error reply); outcome: success, failure, rejected."""
+        """After the response head (or the error reply); outcome: success, failure,
+        rejected (by us), refused (by the upstream's sidecar: `ccb-refusal`)."""
 
 
 class HookChain:

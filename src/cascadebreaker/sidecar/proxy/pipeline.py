@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from cascadebreaker import CircuitOpenError, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.refusals import find_refusal
 from cascadebreaker.sidecar.proxy.replies import rejection_for_open_circuit
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
 
@@ -180,26 +181,31 @@ class CallPipeline:
         breaker = route.breaker
         if breaker is None:
             return None
+        if route.endpoints is not None:
+            breaker = route.endpoints.breaker_for(call.method, call.path)
         if route.shared_store and breaker.state is not State.CLOSED:
             return ADMIT_LATER  # off the closed path a shared store may ask Redis
         try:
             call.permit = breaker.acquire()
         except CircuitOpenError as exc:
-            return self.refuse(call, rejection_for_open_circuit(route.name, exc))
+            key = self.runtime.refusal_key
+            return self.refuse(call, rejection_for_open_circuit(route.name, exc, key))
         return None
 
     async def admit_later(self, call: CallState) -> Rejection | None:
         """The admission that may wait for a shared store (never blocking the event loop).
 
         A call abandoned meanwhile gets nothing: its permit is given back unrecorded."""
-        breaker = call.route.breaker
+        breaker = call.route.breaker_for(call.method, call.path)
         assert breaker is not None
         try:
             permit = await breaker.aacquire()
         except CircuitOpenError as exc:
             if call.closed:
                 return None
-            return self.refuse(call, rejection_for_open_circuit(call.route.name, exc))
+            return self.refuse(
+                call, rejection_for_open_circuit(call.route.name, exc, self.runtime.refusal_key)
+            )
         if call.closed:
             permit.ignore()
             return None
@@ -221,6 +227,8 @@ class CallPipeline:
         Hooks hear the outcome and may edit `headers` (the end-to-end response headers)."""
         route = call.route
         failed = route.is_failure(status)
+        if failed and status == 503 and self._refused_upstream(call, headers):
+            return False
         if failed and status in route.retry_statuses and self._may_retry(call):
             self._record(call, False, None, "failure_status")
             return True
@@ -309,6 +317,20 @@ class CallPipeline:
                 permit.success()
             else:
                 permit.failure(error)
+
+    def _refused_upstream(self, call: CallState, headers: RawHeaders) -> bool:
+        """A 503 marked as a sidecar's refusal we trust: not the upstream's failure (the
+        cascade carries the cause); the permit goes back unrecorded and it is not retried."""
+        value = find_refusal(headers)
+        if value is None or not self.runtime.refusal_trust(call.route, call.info, value):
+            return False
+        self._drop_permit(call)
+        call.route.stats.count("refused_upstream")
+        info = call.info
+        if info is not None:
+            info.response_headers = headers
+            self.hooks.on_response(info, 503, "refused")
+        return True
 
     def _drop_permit(self, call: CallState) -> bool:
         permit = call.permit

@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cascadebreaker.sidecar.proxy.hooks import HookChain, RouteResolver
+from cascadebreaker.sidecar.proxy.hooks import HookChain, RequestInfo, RouteResolver
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
     from cascadebreaker.cascade.endpoints import Endpoint
     from cascadebreaker.cascade.updates import AvailabilityUpdate, CauseChain
     from cascadebreaker.sidecar.config import SidecarConfig
+    from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
     from cascadebreaker.sidecar.upstream.model import UpstreamTarget
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "AvailabilityView",
     "Plugin",
     "PluginHost",
+    "RefusalTrust",
     "RoutePort",
     "Unavailable",
     "UpdateSource",
@@ -93,6 +95,15 @@ class RoutePort(Protocol):
         """None for the inbound app route."""
         ...
 
+    @property
+    def endpoints(self) -> EndpointBreakers | None:
+        """The per-endpoint breakers (`breaker.scope: endpoint`), else None."""
+        ...
+
+
+RefusalTrust = Callable[[RoutePort, "RequestInfo | None", bytes], bool]
+"""(route, the call's hook info, the `ccb-refusal` value) -> honour it (refusals.py)."""
+
 
 class Plugin(Protocol):
     """Something wired into the runtime that holds tasks or connections."""
@@ -118,6 +129,8 @@ class PluginHost(Protocol):
     availability: AvailabilityView | None
     update_source: UpdateSource | None
     plugins: dict[str, Plugin]
+    refusal_key: bytes  # seals the refusals this process gives its own app (refusals.py)
+    refusal_trust: RefusalTrust
 
     @property
     def routes(self) -> Mapping[str, RoutePort]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from cascadebreaker.sidecar.http.wire import error_response
 from cascadebreaker.sidecar.proxy.hooks import Rejection
+from cascadebreaker.sidecar.proxy.refusals import CIRCUIT_OPEN, FORCED_OPEN, PROBE_BUDGET, seal
 
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.http.connection import ServerConnection
@@ -30,12 +31,15 @@ ReplyBuilder = Callable[[bool], bytes]
 _DEFER_BODY_LIMIT = 65536
 
 
-def rejection_for_open_circuit(upstream: str, error: Any) -> Rejection:
-    """The 503 reply for an open breaker (from a CircuitOpenError)."""
+def rejection_for_open_circuit(upstream: str, error: Any, key: bytes | None = None) -> Rejection:
+    """The 503 reply for an open breaker (from a CircuitOpenError), its `ccb-refusal` mark
+    sealed under `key` (the runtime's own: the reply goes to our app)."""
     retry_after: float | None = float(getattr(error, "retry_after", 0.0) or 0.0)
     if retry_after is not None and not math.isfinite(retry_after):
         retry_after = None  # forced open: no promise of when
     state = getattr(error, "state", "open")
+    reason = getattr(error, "reason", "")
+    code = reason if reason in (PROBE_BUDGET, FORCED_OPEN) else CIRCUIT_OPEN
     return Rejection(
         {
             "error": "circuit open",
@@ -45,6 +49,7 @@ def rejection_for_open_circuit(upstream: str, error: Any) -> Rejection:
         },
         status=503,
         retry_after=retry_after,
+        refusal=seal(key, code),
     )
 
 

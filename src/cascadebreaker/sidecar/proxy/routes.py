@@ -12,6 +12,7 @@ from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
+    from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
 
 
 class RetryBudget:
@@ -50,6 +51,7 @@ class Route:
     __slots__ = (
         "breaker",
         "budget",
+        "endpoints",
         "failure_table",
         "name",
         "pool",
@@ -74,6 +76,8 @@ class Route:
         self.pool = pool
         self.target = pool.target
         self.breaker = breaker
+        # Per-endpoint breakers (`breaker.scope: endpoint`), else None: `breaker` guards all.
+        self.endpoints: EndpointBreakers | None = None
         self.failure_table = failure_table
         self.timeout = timeout
         self.stats = RouteStats()
@@ -90,6 +94,13 @@ class Route:
     ) -> Route:
         """Build from an `upstreams.<name>` section."""
         return cls(name, pool, breaker, config.failure_table(), config.timeout, config.retries)
+
+    def breaker_for(self, method: bytes, path: bytes) -> CircuitBreaker | None:
+        """The breaker that guards a call: the endpoint's with `scope: endpoint`."""
+        endpoints = self.endpoints
+        if endpoints is None:
+            return self.breaker
+        return endpoints.breaker_for(method, path)
 
     def is_failure(self, status: int) -> bool:
         """Whether the breaker counts this status as a failure."""

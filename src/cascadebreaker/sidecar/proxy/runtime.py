@@ -4,6 +4,8 @@ and the plug points (ports.py) the composition root wires plug-ins into."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 from cascadebreaker import CircuitBreaker, MemoryStore
 from cascadebreaker.sidecar.config import SidecarConfig, UpstreamConfig
 from cascadebreaker.sidecar.proxy.call import call_upstream
+from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
 from cascadebreaker.sidecar.proxy.errors import UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import HookChain, RouteResolver, default_route_resolver
 from cascadebreaker.sidecar.proxy.pipeline import CallPipeline
@@ -18,8 +21,10 @@ from cascadebreaker.sidecar.proxy.ports import (
     AdminRoute,
     AvailabilityView,
     Plugin,
+    RefusalTrust,
     UpdateSource,
 )
+from cascadebreaker.sidecar.proxy.refusals import loopback_trust
 from cascadebreaker.sidecar.proxy.routes import Route
 from cascadebreaker.sidecar.upstream.client import HeadersArg, UpstreamClient
 from cascadebreaker.sidecar.upstream.model import UpstreamResponse, UpstreamTarget
@@ -70,15 +75,17 @@ class SidecarRuntime:
         )
         self.routes: dict[str, Route] = {}
         for name, up in config.upstreams.items():
-            breaker = CircuitBreaker(
-                name,
-                failure_threshold=up.breaker.failure_threshold,
-                recovery_timeout=up.breaker.recovery_timeout,
-                half_open_max_calls=up.breaker.half_open_max_calls,
-                store=self.store,
-            )
-            self.routes[name] = Route.from_config(name, up, self.client.pool(name), breaker)
-            self.routes[name].shared_store = config.store != "memory"
+            breaker = self._breaker(name, up)
+            route = self.routes[name] = Route.from_config(name, up, self.client.pool(name), breaker)
+            route.shared_store = config.store != "memory"
+            if up.breaker.scope == "endpoint":
+                route.endpoints = EndpointBreakers(
+                    name,
+                    functools.partial(self._breaker, config=up),
+                    lambda: self.route_resolver,
+                    breaker,
+                    up.breaker.max_endpoints,
+                )
         self.routes_by_host = {name.lower().encode(): route for name, route in self.routes.items()}
         self.app_route: Route | None = None
         if config.app is not None:
@@ -96,9 +103,23 @@ class SidecarRuntime:
         self.availability: AvailabilityView | None = None
         self.update_source: UpdateSource | None = None
         self.plugins: dict[str, Plugin] = {}  # by name, e.g. "cascade"; closed with the runtime
+        # Our refusals to our own app are sealed with a key of this process; which upstream
+        # refusals are honoured (not failures) is the cascade's to decide when it has a secret.
+        self.refusal_key = os.urandom(32)
+        self.refusal_trust: RefusalTrust = loopback_trust
         self.pipeline = CallPipeline(self)
         self.started_at = time.time()
         self.ready = False
+
+    def _breaker(self, name: str, config: UpstreamConfig) -> CircuitBreaker:
+        settings = config.breaker
+        return CircuitBreaker(
+            name,
+            failure_threshold=settings.failure_threshold,
+            recovery_timeout=settings.recovery_timeout,
+            half_open_max_calls=settings.half_open_max_calls,
+            store=self.store,
+        )
 
     def breaker(self, upstream: str) -> CircuitBreaker:
         """The breaker of an upstream (UnknownUpstream when not configured)."""
@@ -146,6 +167,14 @@ class SidecarRuntime:
             snapshot["retryAfter"] = round(route.breaker.retry_after, 3)
             snapshot["calls"] = route.stats.snapshot()
             snapshot["connections"] = {"open": route.pool.open_count, "idle": route.pool.idle_count}
+            if route.endpoints is not None:
+                snapshot["endpoints"] = {
+                    endpoint: {
+                        "state": breaker.state.value.lower(),
+                        "retryAfter": round(breaker.retry_after, 3),
+                    }
+                    for endpoint, breaker in route.endpoints.items()
+                }
             breakers[name] = snapshot
         inbound = self.app_route.stats.snapshot() if self.app_route is not None else None
         return {

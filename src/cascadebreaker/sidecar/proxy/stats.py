@@ -30,6 +30,7 @@ OUTCOMES = (
     "reset",
     "protocol",
     "rejected",
+    "refused_upstream",  # the upstream's sidecar refused (`ccb-refusal`): not a failure
     "cancelled",
     # The client's fault, never the upstream's: a stalled body (408), a malformed body (400).
     "client_timeout",
