@@ -12,6 +12,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cascadebreaker.cascade.trust import SECRET_ENV, is_loopback
+from cascadebreaker.core.policies import ConsecutiveFailures, FailureRate, SlowCallRate, TripPolicy
+from cascadebreaker.core.windows import CountWindow, TimeWindow
+from cascadebreaker.stores.quorum import FleetQuorum
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _STATUS_CLASS = re.compile(r"^[1-5]xx$")
@@ -61,16 +64,89 @@ class ListenConfig(_Strict):
         return _parse_host_port(value)
 
 
+class WindowConfig(_Strict):
+    """The calls a rate policy judges: the last `size` calls, or those of the last `seconds`
+    (kept in `buckets` slices). Neither given: the last 100 calls."""
+
+    size: int | None = Field(default=None, ge=1)
+    seconds: float | None = Field(default=None, gt=0)
+    buckets: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> WindowConfig:
+        if self.size is not None and self.seconds is not None:
+            raise ValueError("give size (calls) or seconds, not both")
+        return self
+
+    def spec(self) -> CountWindow | TimeWindow:
+        """The library's window spec."""
+        if self.seconds is not None:
+            return TimeWindow(self.seconds, self.buckets)
+        return CountWindow(self.size or 100)
+
+
+class FailureRateConfig(_Strict):
+    """Open when failures are at least `rate` of the window's calls (after `minimum_calls`)."""
+
+    rate: float = Field(default=0.5, gt=0, le=1)
+    minimum_calls: int = Field(default=10, ge=1)
+    window: WindowConfig = WindowConfig()
+
+
+class SlowCallRateConfig(FailureRateConfig):
+    """Open when calls slower than `duration` seconds are at least `rate` of the window."""
+
+    duration: float = Field(gt=0)
+
+
 class BreakerConfig(_Strict):
     """Parameters of an upstream's circuit breaker."""
 
     failure_threshold: int = Field(default=5, ge=1)
     recovery_timeout: float = Field(default=20.0, gt=0)
     half_open_max_calls: int = Field(default=1, ge=1)
+    # Trip policies besides consecutive failures. `failure_rate` replaces the consecutive
+    # count unless `failure_threshold` is also given (then either one opens the circuit);
+    # `slow_call_rate` is added to the others.
+    failure_rate: FailureRateConfig | None = None
+    slow_call_rate: SlowCallRateConfig | None = None
+    # Seconds a HALF_OPEN probe may take before it counts as failed (default: the open wait,
+    # at least 1 s); judge a round of probes by their failure rate instead of all-or-nothing.
+    probe_timeout: float | None = Field(default=None, gt=0)
+    half_open_failure_rate: float | None = Field(default=None, gt=0, le=1)
     # `upstream`: one breaker for the whole upstream; `endpoint`: one per endpoint (method +
     # route template), so one failing endpoint does not open its healthy siblings.
     scope: Literal["upstream", "endpoint"] = "upstream"
     max_endpoints: int = Field(default=64, ge=1, le=4096)  # past it: the upstream's breaker
+
+    def policies(self) -> list[TripPolicy]:
+        """The library's trip policies for these settings."""
+        policies: list[TripPolicy] = []
+        if self.failure_rate is None or "failure_threshold" in self.model_fields_set:
+            policies.append(ConsecutiveFailures(self.failure_threshold))
+        rate = self.failure_rate
+        if rate is not None:
+            policies.append(FailureRate(rate.window.spec(), rate.rate, rate.minimum_calls))
+        slow = self.slow_call_rate
+        if slow is not None:
+            policies.append(
+                SlowCallRate(slow.duration, slow.window.spec(), slow.rate, slow.minimum_calls)
+            )
+        return policies
+
+
+class QuorumConfig(_Strict):
+    """A fleet quorum for breakers in Redis: one sick replica does not open the circuit for
+    all; it trips locally until `reporters` replicas (or `fraction` of the live ones) agree
+    within `window` seconds."""
+
+    reporters: int = Field(default=2, ge=1)
+    fraction: float = Field(default=0.0, ge=0, le=1)
+    window: float = Field(default=30.0, gt=0)
+
+    def spec(self) -> FleetQuorum:
+        """The library's quorum."""
+        return FleetQuorum(self.reporters, self.fraction, self.window)
 
 
 class RetryBudgetConfig(_Strict):
@@ -210,6 +286,7 @@ class SidecarConfig(_Strict):
     app: str | None = None
     listen: ListenConfig = ListenConfig()
     store: str = "memory"
+    quorum: QuorumConfig | None = None  # with a redis:// store only
     upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     grpc_tls: GrpcTlsConfig | None = None  # None: plaintext gRPC (loopback use)
@@ -251,6 +328,12 @@ class SidecarConfig(_Strict):
             if not _NAME.match(name):
                 raise ValueError(f"{name!r} is not a valid upstream name")
         return value
+
+    @model_validator(mode="after")
+    def _quorum_needs_redis(self) -> SidecarConfig:
+        if self.quorum is not None and self.store == "memory":
+            raise ValueError("quorum: needs a shared store (store: redis://...)")
+        return self
 
     @model_validator(mode="after")
     def _inbound_needs_app(self) -> SidecarConfig:
@@ -299,7 +382,9 @@ def _describe(error: Any) -> str:
         message = str(ctx.get("error", error["msg"]))
     else:
         message = error["msg"][0].lower() + error["msg"][1:]
-    if kind == "value_error" and message.startswith(("app: ", "allow_insecure: ", "grpc_tls.")):
+    if kind == "value_error" and message.startswith(
+        ("app: ", "allow_insecure: ", "grpc_tls.", "quorum: ")
+    ):
         return message  # a model-level rule that names its own key
     return f"{loc}: {message}" if loc else message
 

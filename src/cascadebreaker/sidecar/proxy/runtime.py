@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cascadebreaker import CircuitBreaker, MemoryStore
-from cascadebreaker.sidecar.config import SidecarConfig, UpstreamConfig
+from cascadebreaker.sidecar.config import QuorumConfig, SidecarConfig, UpstreamConfig
 from cascadebreaker.sidecar.proxy.call import call_upstream
 from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
 from cascadebreaker.sidecar.proxy.errors import UnknownUpstream
@@ -34,13 +34,14 @@ from cascadebreaker.stores.base import Store
 __all__ = ["SidecarRuntime", "build_store"]
 
 
-def build_store(url: str, namespace: str) -> Store:
+def build_store(url: str, namespace: str, quorum: QuorumConfig | None = None) -> Store:
     """The breaker store named by `store:` in the config (the library's store port)."""
     if url == "memory":
         return MemoryStore()
     from cascadebreaker.stores.redis import RedisStore  # needs the redis extra
 
-    return RedisStore.from_url(url, namespace=namespace)
+    fleet = None if quorum is None else quorum.spec()
+    return RedisStore.from_url(url, namespace=namespace, quorum=fleet)
 
 
 def _target(name: str, config: UpstreamConfig) -> UpstreamTarget:
@@ -68,7 +69,7 @@ class SidecarRuntime:
         self.via = b"1.1 " + config.service.encode()
         self.loop = loop or asyncio.get_running_loop()
         self.store: Store = (
-            store if store is not None else build_store(config.store, config.service)
+            store if store is not None else build_store(config.store, config.service, config.quorum)
         )
         self.client = UpstreamClient(
             (_target(name, up) for name, up in config.upstreams.items()), self.loop
@@ -115,9 +116,11 @@ class SidecarRuntime:
         settings = config.breaker
         return CircuitBreaker(
             name,
-            failure_threshold=settings.failure_threshold,
             recovery_timeout=settings.recovery_timeout,
             half_open_max_calls=settings.half_open_max_calls,
+            policy=settings.policies(),
+            probe_timeout=settings.probe_timeout,
+            half_open_failure_rate=settings.half_open_failure_rate,
             store=self.store,
         )
 
