@@ -10,7 +10,8 @@ breaker counts, so only the breaker the test aims at trips). How a call carries 
 - `naive`: forwards every header it received (an app that passes headers on blindly).
 
 A call with `relay` makes the route answer a failed call's status and its `ccb-refusal` header
-(an app that relays its upstream's refusal, as an API gateway does).
+(an app that relays its upstream's refusal, as an API gateway does); a call with `fallback` may
+fail and the route still answers 200 (a degraded widget), with no `ccb-optional` header.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Call:
     mode: str = "trace"  # trace | request-id | header | naive
     optional: bool = False
     relay: bool = False
+    fallback: bool = False  # a failed call is survived (degraded), without any header
 
 
 @dataclass
@@ -72,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, refusal = self._call(call, path, headers)
             if not 200 <= status < 300 and call.relay:
                 answer, relayed = status, refusal
-            elif not 200 <= status < 300 and not call.optional:
+            elif not 200 <= status < 300 and not (call.optional or call.fallback):
                 failed.append({"upstream": call.upstream, "path": call.path, "status": status})
         body = json.dumps(
             {"service": server.service, "path": path, "failed": failed, "headers": headers}

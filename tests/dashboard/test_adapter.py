@@ -262,3 +262,26 @@ def test_watch_message_from_the_proto_contract() -> None:
 def test_watch_message_without_a_service_is_unreadable() -> None:
     with pytest.raises(Unreadable, match="name its service"):
         update_from_proto(pb.AvailabilityUpdate(endpoint="GET /"))
+
+
+def test_edges_carry_their_optionality_and_evidence() -> None:
+    doc = json.loads(json.dumps(TODAY))
+    doc["cascade"]["edges"] = [
+        {
+            "caller": "report GET /reports/settlements",
+            "callee": "settlement GET /v1/settlements",
+            "required": False,
+            "optionality": "optional (learned)",
+            "evidence": {"survived": 4.0, "failedWith": 0.5},
+        },
+        {"caller": "a GET /x", "callee": "b GET /y", "required": False},  # an older sidecar
+        {"caller": "a GET /x", "callee": "c GET /z", "evidence": {"survived": "many"}},
+    ]
+    learned, marked, plain = status_from_json(doc).edges
+    assert (learned.optionality, learned.survived, learned.failed_with) == (
+        "optional (learned)",
+        4.0,
+        0.5,
+    )
+    assert (marked.optionality, marked.survived) == ("optional (marked)", 0.0)
+    assert (plain.optionality, plain.required, plain.survived) == ("required", True, 0.0)

@@ -3,8 +3,10 @@
 Everything here is pure (no I/O); clocks are injected. The sidecar drives it:
 
 - per inbound request: `Learner.inbound` (refuse if our endpoint is unavailable, remember the
-  trace key), then `Learner.inbound_done`;
-- per outbound call: `Learner.outbound` (learn the edge, refuse if the target is unavailable);
+  trace key), then `Learner.inbound_done` with whether our app answered success (evidence of
+  learned optionality, optionality.py);
+- per outbound call: `Learner.outbound` (learn the edge, refuse if the target is unavailable),
+  and `Learner.call_failed` when that call failed or was refused;
 - on breaker transitions: `AvailabilityTable.breaker_transition`;
 - on updates from peers: `AvailabilityTable.receive`;
 - periodically: `AvailabilityTable.expire`, `AvailabilityTable.expire_edges`.
@@ -24,13 +26,26 @@ from cascadebreaker.cascade.endpoints import (
     fold_path,
     normalize_template,
 )
-from cascadebreaker.cascade.graph import DependencyGraph, Edge, EdgeSource
+from cascadebreaker.cascade.graph import (
+    OPTIONALITY_LEARNED,
+    OPTIONALITY_MARKED,
+    OPTIONALITY_REQUIRED,
+    DependencyGraph,
+    Edge,
+    EdgeSource,
+)
 from cascadebreaker.cascade.learning import (
     HeaderGetter,
     InboundDecision,
     Learner,
     OutboundDecision,
     hop_material,
+)
+from cascadebreaker.cascade.optionality import (
+    Evidence,
+    OptionalityRules,
+    SurvivalLedger,
+    TrickleGate,
 )
 from cascadebreaker.cascade.trace import (
     TraceContext,
@@ -66,6 +81,9 @@ from cascadebreaker.cascade.updates import (
 
 __all__ = [
     "HOP_HEADER",
+    "OPTIONALITY_LEARNED",
+    "OPTIONALITY_MARKED",
+    "OPTIONALITY_REQUIRED",
     "OPTIONAL_HEADER",
     "SECRET_ENV",
     "SERVING_ENDPOINT_HEADER",
@@ -77,18 +95,22 @@ __all__ = [
     "Edge",
     "EdgeSource",
     "Endpoint",
+    "Evidence",
     "HeaderGetter",
     "HopCheck",
     "HopTrust",
     "InboundDecision",
     "Learner",
     "MalformedUpdate",
+    "OptionalityRules",
     "OutboundDecision",
     "Propagation",
     "RouteTemplates",
+    "SurvivalLedger",
     "Target",
     "TraceContext",
     "TraceTable",
+    "TrickleGate",
     "Unavailability",
     "Verdict",
     "canonical_bytes",

@@ -8,7 +8,14 @@ from enum import StrEnum
 
 from cascadebreaker.cascade.endpoints import Endpoint
 
-__all__ = ["DependencyGraph", "Edge", "EdgeSource"]
+__all__ = [
+    "OPTIONALITY_LEARNED",
+    "OPTIONALITY_MARKED",
+    "OPTIONALITY_REQUIRED",
+    "DependencyGraph",
+    "Edge",
+    "EdgeSource",
+]
 
 
 class EdgeSource(StrEnum):
@@ -29,13 +36,27 @@ class Edge:
 
 
 class _Record:
-    __slots__ = ("forced_optional", "last_seen", "required", "source")
+    __slots__ = ("forced_optional", "last_seen", "learned_optional", "marked", "required", "source")
 
     def __init__(self, required: bool, source: EdgeSource, last_seen: float) -> None:
         self.required = required
         self.source = source
         self.last_seen = last_seen
         self.forced_optional = False  # config said optional: observations cannot undo it
+        self.marked = not required  # the last call said optional (`ccb-optional`, a fallback)
+        self.learned_optional = False  # evidence says the caller survives it (optionality.py)
+
+    def recompute(self) -> bool:
+        """Derive `required` from the marks; True when it changed."""
+        required = not (self.marked or self.forced_optional or self.learned_optional)
+        changed = required != self.required
+        self.required = required
+        return changed
+
+
+OPTIONALITY_REQUIRED = "required"
+OPTIONALITY_MARKED = "optional (marked)"
+OPTIONALITY_LEARNED = "optional (learned)"
 
 
 class DependencyGraph:
@@ -79,10 +100,9 @@ class DependencyGraph:
         now = self._clock()
         if record is not None:
             record.last_seen = now
-            required = not optional and not record.forced_optional
-            if record.required != required:
-                record.required = required
-                return True
+            if record.marked != optional:
+                record.marked = optional
+                return record.recompute()
             return False
         if self._count >= self._max_edges:
             self.dropped += 1
@@ -98,8 +118,10 @@ class DependencyGraph:
             record = _Record(required, EdgeSource.CONFIG, self._clock())
             self._insert(caller, callee, record)
         record.source = EdgeSource.CONFIG
-        record.required = required
         record.forced_optional = not required
+        record.marked = False
+        record.learned_optional = False  # config always wins over evidence
+        record.required = required
 
     def mark_optional(self, caller: Endpoint, callee: Endpoint) -> bool:
         """Force an existing or future edge optional (config); True when it changed the edge."""
@@ -112,6 +134,26 @@ class DependencyGraph:
         record.required = False
         record.forced_optional = True
         return changed
+
+    def set_learned_optional(self, caller: Endpoint, callee: Endpoint, optional: bool) -> bool:
+        """Evidence made a learned edge optional (or required again); True when the edge's
+        required flag changed. Static (config) edges and unknown edges are left alone."""
+        record = self._out.get(caller, {}).get(callee)
+        if record is None or record.source is EdgeSource.CONFIG:
+            return False
+        record.learned_optional = optional
+        return record.recompute()
+
+    def optionality(self, caller: Endpoint, callee: Endpoint) -> str | None:
+        """`required`, `optional (marked)` (header or config) or `optional (learned)`."""
+        record = self._out.get(caller, {}).get(callee)
+        if record is None:
+            return None
+        if record.marked or record.forced_optional:
+            return OPTIONALITY_MARKED
+        if record.learned_optional:
+            return OPTIONALITY_LEARNED
+        return OPTIONALITY_REQUIRED
 
     def edge(self, caller: Endpoint, callee: Endpoint) -> Edge | None:
         """The edge between two endpoints, or None."""

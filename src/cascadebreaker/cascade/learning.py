@@ -13,6 +13,7 @@ from typing import NamedTuple
 from cascadebreaker.cascade.availability import AvailabilityTable, Unavailability
 from cascadebreaker.cascade.endpoints import Endpoint, RouteTemplates, normalize_template
 from cascadebreaker.cascade.graph import EdgeSource
+from cascadebreaker.cascade.optionality import SurvivalLedger, TrickleGate
 from cascadebreaker.cascade.trace import TraceTable, trace_key_of
 from cascadebreaker.cascade.trust import (
     HOP_HEADER,
@@ -54,6 +55,7 @@ class OutboundDecision(NamedTuple):
     caller: Endpoint | None  # our endpoint the app was serving, when known
     refusal: Unavailability | None  # refuse with 503 when set
     updates: tuple[AvailabilityUpdate, ...]  # send these (a newly learned edge changed things)
+    trace_key: str | None = None  # pass to `call_failed` when the call fails or is refused
 
 
 class Learner:
@@ -68,6 +70,8 @@ class Learner:
         *,
         wall_clock: Callable[[], float],
         learn_from_traces: bool = True,
+        ledger: SurvivalLedger | None = None,
+        trickle: TrickleGate | None = None,
     ) -> None:
         self.table = table
         self.service = table.service
@@ -77,6 +81,10 @@ class Learner:
         self._wall = wall_clock
         self.learn_from_traces = learn_from_traces
         self._named: dict[str, Endpoint | None] = {}  # `ccb-serving-endpoint` value -> endpoint
+        # Learned optionality (None: off): evidence per edge, and the trickle that lets an
+        # endpoint held unavailable over a learned edge show that it survives.
+        self.ledger = ledger
+        self.trickle = trickle
 
     def inbound(
         self, method: str, path: str, get: HeaderGetter, *, peer_host: str | None
@@ -84,6 +92,8 @@ class Learner:
         """Hook for a request arriving for our app (before it is forwarded)."""
         endpoint = self.templates.endpoint(self.service, method, path)
         refusal = self.table.check(endpoint)
+        if refusal is None and self.trickle is not None:
+            self.trickle.forget(endpoint)
         from_sidecar = False
         token = get(HOP_HEADER)
         if token is not None:
@@ -92,6 +102,8 @@ class Learner:
                 token, peer_host=peer_host, now=self._wall(), material=material
             )
             from_sidecar = check.trusted
+        if refusal is not None and self._trickles(endpoint):
+            refusal = None
         key: str | None = None
         if refusal is None and self.learn_from_traces:
             key = trace_key_of(get)
@@ -99,29 +111,65 @@ class Learner:
                 self.traces.begin(key, endpoint)
         return InboundDecision(endpoint, key, refusal, from_sidecar)
 
-    def inbound_done(self, trace_key: str | None) -> None:
-        """Hook for the end of an inbound request (response sent or failed)."""
-        if trace_key is not None:
-            self.traces.end(trace_key)
+    def inbound_done(
+        self, trace_key: str | None, succeeded: bool = True
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """Hook for the end of an inbound request (response sent or failed): `succeeded` says
+        whether our app answered success. Calls that failed under it are evidence for or
+        against the optionality of their edges; returns the updates a changed verdict causes."""
+        if trace_key is None:
+            return ()
+        endpoint, failed = self.traces.end(trace_key)
+        ledger = self.ledger
+        if endpoint is None or ledger is None:
+            return ()
+        changed = []
+        for callee in failed:
+            verdict = ledger.observe(endpoint, callee, succeeded)
+            if verdict is not None and self.table.graph.set_learned_optional(
+                endpoint, callee, verdict
+            ):
+                changed.append(endpoint)
+        return self.table.graph_changed(changed) if changed else ()
+
+    def call_failed(self, trace_key: str | None, callee: Endpoint) -> None:
+        """A call our app made (under `trace_key`) failed or was refused."""
+        if trace_key is not None and self.ledger is not None:
+            self.traces.callee_failed(trace_key, callee)
+
+    def _trickles(self, endpoint: Endpoint) -> bool:
+        """Let this request of an unavailable endpoint through (bounded) when it is held over
+        a learned, required edge: only evidence can make such an edge optional."""
+        trickle, ledger = self.trickle, self.ledger
+        if trickle is None or ledger is None or not self.learn_from_traces:
+            return False
+        graph = self.table.graph
+        held = any(
+            graph.source(endpoint, dep) is not EdgeSource.CONFIG
+            and self.table.check(dep) is not None
+            and not ledger.shown_required(endpoint, dep)  # it failed with it: nothing to learn
+            for dep in graph.dependencies(endpoint)
+        )
+        return held and trickle.allow(endpoint)
 
     def outbound(
         self, target_service: str, method: str, path: str, get: HeaderGetter
     ) -> OutboundDecision:
         """Hook for a call our app makes to `target_service` (headers come from our own app)."""
         callee = self.templates.endpoint(target_service, method, path)
-        caller, source = self._serving(get)
+        caller, source, key = self._serving(get)
         updates: tuple[AvailabilityUpdate, ...] = ()
         if caller is not None:
             optional = (get(OPTIONAL_HEADER) or "").strip().lower() in _TRUE
             updates = self.table.learn(caller, callee, optional=optional, source=source)
-        return OutboundDecision(callee, caller, self.table.check(callee), updates)
+        return OutboundDecision(callee, caller, self.table.check(callee), updates, key)
 
     def hop_token(self, method: str, path: str, get: HeaderGetter) -> str:
         """The `ccb-hop` value to add to a call forwarded to another sidecar."""
         material = hop_material(method, path, get)
         return self.trust.issue(self.service, self._wall(), material)
 
-    def _serving(self, get: HeaderGetter) -> tuple[Endpoint | None, EdgeSource]:
+    def _serving(self, get: HeaderGetter) -> tuple[Endpoint | None, EdgeSource, str | None]:
         named = get(SERVING_ENDPOINT_HEADER)
         if named:
             endpoint = self._named.get(named, _UNPARSED)
@@ -131,12 +179,14 @@ class Learner:
                     self._named.clear()  # apps name few endpoints; this bounds a hostile one
                 self._named[named] = endpoint
             if endpoint is not None:
-                return endpoint, EdgeSource.HEADER
+                # The trace still carries the evidence of optionality when one is begun.
+                learns = self.ledger is not None and self.learn_from_traces
+                return endpoint, EdgeSource.HEADER, trace_key_of(get) if learns else None
         if self.learn_from_traces:
             key = trace_key_of(get)
             if key is not None:
-                return self.traces.serving(key), EdgeSource.TRACE
-        return None, EdgeSource.TRACE
+                return self.traces.serving(key), EdgeSource.TRACE, key
+        return None, EdgeSource.TRACE, None
 
     def _parse_serving(self, named: str) -> Endpoint | None:
         try:

@@ -152,13 +152,17 @@ def trace_key(headers: Mapping[str, str]) -> str | None:
     return trace_key_of(headers.get)
 
 
+_MAX_FAILED = 8  # failed callees remembered per trace (evidence of optionality)
+
+
 class _Entry:
-    __slots__ = ("endpoint", "expires", "inflight")
+    __slots__ = ("endpoint", "expires", "failed", "inflight")
 
     def __init__(self, endpoint: Endpoint | None, expires: float) -> None:
         self.endpoint = endpoint  # None once two endpoints overlap on one key (ambiguous)
         self.expires = expires
         self.inflight = 1
+        self.failed: list[Endpoint] | None = None  # callees whose call failed or was refused
 
 
 class TraceTable:
@@ -199,11 +203,30 @@ class TraceTable:
         entries.move_to_end(key)
         self._evict(now)
 
-    def end(self, key: str) -> None:
-        """Mark one inbound request with `key` finished (its outbound calls may still follow)."""
+    def end(self, key: str) -> tuple[Endpoint | None, list[Endpoint]]:
+        """Mark one inbound request with `key` finished (its outbound calls may still follow);
+        return the endpoint served and the callees that failed under it, once the last
+        overlapping request ends (no endpoint when ambiguous)."""
         entry = self._entries.get(key)
-        if entry is not None and entry.inflight > 0:
-            entry.inflight -= 1
+        if entry is None or entry.inflight <= 0:
+            return None, []
+        entry.inflight -= 1
+        failed = entry.failed
+        if entry.inflight or not failed:
+            return None, []
+        entry.failed = None
+        return entry.endpoint, failed
+
+    def callee_failed(self, key: str, callee: Endpoint) -> None:
+        """A call made under `key` failed or was refused (bounded per trace)."""
+        entry = self._entries.get(key)
+        if entry is None or entry.endpoint is None or entry.inflight <= 0:
+            return
+        failed = entry.failed
+        if failed is None:
+            entry.failed = [callee]
+        elif len(failed) < _MAX_FAILED and callee not in failed:
+            failed.append(callee)
 
     def serving(self, key: str) -> Endpoint | None:
         """The endpoint served under `key`, or None when unknown, expired or ambiguous."""

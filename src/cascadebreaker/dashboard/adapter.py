@@ -164,14 +164,27 @@ def _edges(raw: object) -> tuple[EdgeStatus, ...]:
     for entry in raw or ():
         if not isinstance(entry, Mapping):
             raise Unreadable("edges must be objects")
+        required = bool(entry.get("required", True))
+        optionality = entry.get("optionality")
+        evidence = entry.get("evidence")
+        evidence = evidence if isinstance(evidence, Mapping) else {}
         edges.append(
             EdgeStatus(
                 _endpoint(entry.get("caller")),
                 _endpoint(entry.get("callee")),
-                bool(entry.get("required", True)),
+                required,
+                optionality
+                if isinstance(optionality, str)
+                else ("required" if required else "optional (marked)"),
+                _count(evidence.get("survived")),
+                _count(evidence.get("failedWith")),
             )
         )
     return tuple(edges)
+
+
+def _count(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _watch_address(doc: Mapping[str, Any], cascade: Mapping[str, Any]) -> str | None:

@@ -116,6 +116,10 @@ class EdgeStatus:
     caller: str
     callee: str
     required: bool = True
+    # `required`, `optional (marked)` or `optional (learned)`, with the evidence of survival
+    optionality: str = "required"
+    survived: float = 0.0
+    failed_with: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from cascadebreaker.dashboard.fleet import Fleet
-from cascadebreaker.dashboard.model import WHOLE_SERVICE, Link, is_whole_service, service_of
+from cascadebreaker.dashboard.model import (
+    WHOLE_SERVICE,
+    EdgeStatus,
+    Link,
+    is_whole_service,
+    service_of,
+)
 from cascadebreaker.dashboard.views import Belief, BreakerView
 
 __all__ = ["TIMELINE_SHOWN", "picture"]
@@ -96,10 +102,13 @@ def picture(fleet: Fleet, wall: float) -> dict[str, Any]:
             }
         )
     edges: dict[tuple[str, str], bool] = {}
+    seen: dict[tuple[str, str], EdgeStatus] = {}  # the caller's sidecar speaks for its edge
     for sidecar in fleet.sidecars.values():
         for edge in sidecar.status.edges if sidecar.status is not None else ():
             key = (edge.caller, edge.callee)
             edges[key] = edges.get(key, False) or edge.required
+            if key not in seen or edge.required:
+                seen[key] = edge
 
     def reachable(endpoint: str) -> bool:
         whole = f"{service_of(endpoint)} {WHOLE_SERVICE}"
@@ -111,7 +120,17 @@ def picture(fleet: Fleet, wall: float) -> dict[str, Any]:
         "version": fleet.version,
         "services": services,
         "edges": [
-            {"caller": c, "callee": d, "required": r, "available": reachable(d)}
+            {
+                "caller": c,
+                "callee": d,
+                "required": r,
+                "optionality": seen[c, d].optionality if not r else "required",
+                "evidence": {
+                    "survived": seen[c, d].survived,
+                    "failedWith": seen[c, d].failed_with,
+                },
+                "available": reachable(d),
+            }
             for (c, d), r in sorted(edges.items())
         ],
         "breakers": [_breaker(breakers[key]) for key in sorted(breakers)],

@@ -17,6 +17,15 @@ cascade:
   peers: {payment: 127.0.0.1:15102}         # gRPC addresses known up front (optional)
   max_ttl: 300               # cap on a received unavailability (seconds)
   max_clock_skew: 60         # versions past our clock + this are refused; hop token age
+  optionality:               # learned optionality (docs/cascade.md)
+    learn: true              # learn from correlated traces which dependencies an endpoint survives
+    threshold: 3             # survivals (aged) before an edge is optional (learned)
+    ratio: 0.8               # ... and survivals at least this share of the evidence
+    half_life: 600           # seconds after which evidence weighs half
+    ttl: 3600                # seconds without evidence before an edge's evidence is forgotten
+    trickle_interval: 1.0    # one request per interval through an endpoint held unavailable
+                             #   over a learned, required edge (0: never)
+    success_statuses: ["2xx", "3xx"]   # what counts as our endpoint answering success
 """
 
 from __future__ import annotations
@@ -28,7 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cascadebreaker.cascade import Endpoint
 from cascadebreaker.sidecar.config import ConfigError
 
-__all__ = ["CascadeConfig", "StaticEdge", "parse_cascade_config", "valid_address"]
+__all__ = [
+    "CascadeConfig",
+    "OptionalityConfig",
+    "StaticEdge",
+    "parse_cascade_config",
+    "valid_address",
+]
 
 
 class _Strict(BaseModel):
@@ -65,6 +80,41 @@ class StaticEdge(_Strict):
         return _endpoint(value)
 
 
+class OptionalityConfig(_Strict):
+    """Learned optionality (cascade/optionality.py)."""
+
+    learn: bool = True
+    threshold: float = Field(default=3.0, gt=0)
+    ratio: float = Field(default=0.8, gt=0, le=1)
+    half_life: float = Field(default=600.0, gt=0)
+    ttl: float = Field(default=3600.0, gt=0)
+    trickle_interval: float = Field(default=1.0, ge=0)
+    success_statuses: tuple[int | str, ...] = ("2xx", "3xx")
+
+    @field_validator("success_statuses")
+    @classmethod
+    def _statuses(cls, value: tuple[int | str, ...]) -> tuple[int | str, ...]:
+        for item in value:
+            if isinstance(item, int) and not 100 <= item <= 599:
+                raise ValueError(f"{item} is not an HTTP status")
+            if isinstance(item, str) and not (
+                len(item) == 3 and item[0] in "12345" and item[1:] == "xx"
+            ):
+                raise ValueError(f"{item!r} is neither a status nor a class like '2xx'")
+        return value
+
+    def success_table(self) -> tuple[bool, ...]:
+        """Index by status (0..599): True when our endpoint answered success."""
+        table = [False] * 600
+        for item in self.success_statuses:
+            if isinstance(item, int):
+                table[item] = True
+            else:
+                first = int(item[0]) * 100
+                table[first : first + 100] = [True] * 100
+        return tuple(table)
+
+
 class CascadeConfig(_Strict):
     """How this sidecar takes part in the cascade."""
 
@@ -83,6 +133,7 @@ class CascadeConfig(_Strict):
     max_ttl: float = Field(default=300.0, gt=0)
     # How far a peer's clock may run ahead: bounds update versions and hop token ages.
     max_clock_skew: float = Field(default=60.0, gt=0)
+    optionality: OptionalityConfig = OptionalityConfig()
 
     @field_validator("advertise")
     @classmethod

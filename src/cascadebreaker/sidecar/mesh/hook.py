@@ -16,7 +16,7 @@ its response names one with a token that verifies (a plain upstream cannot make 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cascadebreaker import State
 from cascadebreaker.cascade import (
@@ -59,6 +59,14 @@ _GRPC = SIDECAR_GRPC_HEADER.encode()
 _STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
 _GRPC_ONLY = frozenset({_GRPC})
 _REFUSAL_ONLY = frozenset({REFUSAL_HEADER})
+
+
+class _Sent(NamedTuple):
+    """What the hook keeps about one outbound call (`RequestInfo.state`)."""
+
+    token: str | None  # the hop token we sent: peer claims and refusal seals bind to it
+    trace_key: str | None  # the trace it was made under (evidence of optionality)
+    callee: Endpoint
 
 
 class CascadeRejection(Rejection):
@@ -168,7 +176,8 @@ class CascadeHook:
             if state is None:
                 return
             trace_key, caller_hop, sent_hop = state
-            self.learner.inbound_done(trace_key)
+            succeeded = outcome != "failure" and status < 600 and self.node.success[status]
+            self.node.send(self.learner.inbound_done(trace_key, succeeded))
             _strip(info.response_headers, _GRPC_ONLY)  # only we name our address
             self._reseal_relayed_refusal(info, status, sent_hop)
             if caller_hop is not None and outcome != "rejected":
@@ -176,10 +185,15 @@ class CascadeHook:
                 if claim is not None:
                     info.response_headers.append((_GRPC, claim))
             return
+        sent: _Sent | None = info.state
+        if sent is None:
+            return
+        if outcome != "success":  # failed, refused by us or by the upstream's sidecar
+            self.learner.call_failed(sent.trace_key, sent.callee)
         # For sidecars only; the app never sees it.
         claims = _strip(info.response_headers, _GRPC_ONLY)
-        if claims and isinstance(info.state, str):
-            self.node.peer_claimed(info.reroute or info.target, claims[0], info.state)
+        if claims and sent.token is not None:
+            self.node.peer_claimed(info.reroute or info.target, claims[0], sent.token)
 
     def _reseal_relayed_refusal(self, info: RequestInfo, status: int, sent_hop: str) -> None:
         """The app relays a refusal: only one our outbound gave it passes, sealed for the
@@ -236,12 +250,13 @@ class CascadeHook:
         upstream = info.target
         get = _getter(headers)
         alternative = self.alternatives.get(upstream)
+        trace_key = None
         if self.learning:
             # A call with an alternative upstream has a fallback: its edge is optional.
             learn_get = get if alternative is None else _optional(get)
             decision = self.learner.outbound(upstream, info.method, info.path, learn_get)
             self.node.send(decision.updates)
-            callee, refusal = decision.callee, decision.refusal
+            callee, refusal, trace_key = decision.callee, decision.refusal, decision.trace_key
         else:
             callee = self.templates.endpoint(upstream, info.method, info.path)
             refusal = self.table.check(callee)
@@ -254,16 +269,18 @@ class CascadeHook:
                 refusal = None
         if refusal is not None:
             self.node.refused("outbound")
+            info.state = _Sent(None, trace_key, callee)  # a refused call: evidence too
             body = {"error": "upstream endpoint unavailable", "upstream": upstream}
             body["endpoint"] = str(callee)
             mark = seal(self.runtime.refusal_key, UPSTREAM_UNAVAILABLE)
             return CascadeRejection(body, refusal, self._wall(), mark)
         _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
+        token = None
         if self._signs_hops:
             base = self._base_paths.get(upstream, "")
             token = self.learner.hop_token(info.method, base + info.path, get)
             info.add_headers.append((_HOP, token.encode("latin-1")))
-            info.state = token  # the upstream's sidecar binds its address to it
+        info.state = _Sent(token, trace_key, callee)
         return None
 
     def _breaker_open(self, upstream: str) -> bool:
@@ -277,8 +294,9 @@ def sealed_refusal_trust(secret: bytes) -> RefusalTrust:
     token we sent with the call (a plain upstream cannot forge it)."""
 
     def trusted(route: RoutePort, info: RequestInfo | None, value: bytes) -> bool:
-        sent = info.state if info is not None and isinstance(info.state, str) else ""
-        return open_seal(secret, value, sent) is not None
+        sent = info.state if info is not None else None
+        token = sent.token if isinstance(sent, _Sent) and sent.token is not None else ""
+        return open_seal(secret, value, token) is not None
 
     return trusted
 

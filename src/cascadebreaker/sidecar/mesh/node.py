@@ -22,9 +22,12 @@ from cascadebreaker.cascade import (
     DependencyGraph,
     Endpoint,
     Learner,
+    OptionalityRules,
     RouteTemplates,
+    SurvivalLedger,
     Target,
     TraceTable,
+    TrickleGate,
     Unavailability,
     Verdict,
     load_secret,
@@ -73,6 +76,17 @@ class CascadeNode:
             max_skew=config.max_clock_skew,
         )
         self.templates = RouteTemplates(config.templates)
+        learned = config.optionality
+        self.ledger: SurvivalLedger | None = None
+        trickle: TrickleGate | None = None
+        if learned.learn:
+            rules = OptionalityRules(
+                learned.threshold, learned.ratio, learned.half_life, learned.ttl
+            )
+            self.ledger = SurvivalLedger(time.monotonic, rules)
+            if learned.trickle_interval > 0:
+                trickle = TrickleGate(time.monotonic, learned.trickle_interval)
+        self.success = learned.success_table()
         self.learner = Learner(
             self.table,
             self.templates,
@@ -80,6 +94,8 @@ class CascadeNode:
             MemoHopTrust(self.secret, max_skew=config.max_clock_skew),
             wall_clock=time.time,
             learn_from_traces=config.learn_from_traces,
+            ledger=self.ledger,
+            trickle=trickle,
         )
         loopback_only = self.secret is None
         tls = installed_tls(runtime)  # peers' Watch streams dial TLS when it is configured
@@ -284,8 +300,40 @@ class CascadeNode:
             if time.monotonic() - last_sweep >= _EDGE_SWEEP:
                 last_sweep = time.monotonic()
                 self.send(self.table.expire_edges())
+                self.send(self._forget_evidence())
+
+    def _forget_evidence(self) -> tuple[AvailabilityUpdate, ...]:
+        """Edges whose evidence aged out are required again, as new edges are."""
+        if self.ledger is None:
+            return ()
+        graph = self.table.graph
+        callers = [c for c, d in self.ledger.expire() if graph.set_learned_optional(c, d, False)]
+        return self.table.graph_changed(callers) if callers else ()
 
     # -- views ------------------------------------------------------------------------------
+
+    def edges(self) -> list[dict[str, Any]]:
+        """Every edge with its optionality (`required`, `optional (marked)`, `optional
+        (learned)`) and the evidence of survival behind it."""
+        graph = self.table.graph
+        found = []
+        for edge in graph.edges():
+            evidence = (
+                self.ledger.evidence(edge.caller, edge.callee) if self.ledger is not None else None
+            )
+            found.append(
+                {
+                    "caller": str(edge.caller),
+                    "callee": str(edge.callee),
+                    "required": edge.required,
+                    "optionality": graph.optionality(edge.caller, edge.callee),
+                    "evidence": {
+                        "survived": round(evidence.survived, 2) if evidence else 0.0,
+                        "failedWith": round(evidence.failed_with, 2) if evidence else 0.0,
+                    },
+                }
+            )
+        return found
 
     def rejected(self) -> dict[str, int]:
         """Rejected updates by reason (table verdicts and transport-level malformed ones)."""
@@ -307,7 +355,7 @@ class CascadeNode:
             "learning": self.config.learning,
             "advertise": self.advertise.decode() if self.advertise else None,
             "unavailable": snapshot["unavailable"],
-            "edges": snapshot["edges"],
+            "edges": self.edges(),
             "peers": {upstream: sorted(addresses) for upstream, addresses in self.peer_of.items()},
             "watching": self.peers.peers,  # Watch subscriptions held (or reconnecting)
             "reconnects": self.peers.reconnects,
@@ -330,4 +378,5 @@ class CascadeNode:
                 "outbound": self.stats["refused_outbound"],
                 "inbound": self.stats["refused_inbound"],
             },
+            "trickled": self.learner.trickle.passed if self.learner.trickle else 0,
         }

@@ -1,0 +1,184 @@
+"""Learned optionality: evidence per edge, its ageing, marks that win, and the trickle."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cascadebreaker.cascade import (
+    OPTIONALITY_LEARNED,
+    OPTIONALITY_MARKED,
+    OPTIONALITY_REQUIRED,
+    AvailabilityTable,
+    DependencyGraph,
+    Evidence,
+    HopTrust,
+    Learner,
+    OptionalityRules,
+    RouteTemplates,
+    SurvivalLedger,
+    TraceTable,
+    TrickleGate,
+)
+
+from .helpers import FakeClock, ep
+
+PAGE, WIDGET = ep("report GET /reports/settlements"), ep("settlement GET /v1/settlements")
+
+
+def test_survivals_make_an_edge_optional_and_failures_make_it_required_again(
+    clock: FakeClock,
+) -> None:
+    ledger = SurvivalLedger(clock, OptionalityRules(threshold=3, ratio=0.8))
+    assert ledger.observe(PAGE, WIDGET, True) is None
+    assert ledger.observe(PAGE, WIDGET, True) is None
+    assert ledger.observe(PAGE, WIDGET, True) is True  # the third survival decides
+    assert ledger.optional(PAGE, WIDGET)
+    # Between the two thresholds the verdict holds (no flapping on one request).
+    assert ledger.observe(PAGE, WIDGET, False) is None
+    assert ledger.observe(PAGE, WIDGET, False) is None
+    assert ledger.optional(PAGE, WIDGET)
+    assert ledger.observe(PAGE, WIDGET, False) is False  # 3 of 6 survived: required again
+    assert not ledger.optional(PAGE, WIDGET)
+    evidence = ledger.evidence(PAGE, WIDGET)
+    assert evidence == Evidence(3.0, 3.0, False)
+
+
+def test_mostly_failing_callers_are_not_optional(clock: FakeClock) -> None:
+    ledger = SurvivalLedger(clock, OptionalityRules(threshold=3, ratio=0.8))
+    for survived in (True, False, True, False, True, False, True):
+        ledger.observe(PAGE, WIDGET, survived)
+    assert not ledger.optional(PAGE, WIDGET)  # 4 of 7 survived: below 80 %
+
+
+def test_evidence_ages_and_is_forgotten(clock: FakeClock) -> None:
+    ledger = SurvivalLedger(clock, OptionalityRules(threshold=3, half_life=10, ttl=100))
+    for _ in range(4):
+        ledger.observe(PAGE, WIDGET, True)
+    clock.advance(9)
+    evidence = ledger.evidence(PAGE, WIDGET)
+    assert evidence is not None and evidence.survived == 4.0  # within one half-life
+    clock.advance(1)
+    evidence = ledger.evidence(PAGE, WIDGET)
+    assert evidence is not None and evidence.survived == 2.0
+    assert evidence.optional  # ageing weighs the evidence; it does not undo the verdict
+    clock.advance(100)
+    assert ledger.expire() == [(PAGE, WIDGET)]
+    assert ledger.evidence(PAGE, WIDGET) is None and len(ledger) == 0
+
+
+def test_the_ledger_is_bounded(clock: FakeClock) -> None:
+    ledger = SurvivalLedger(clock, OptionalityRules(max_edges=1))
+    ledger.observe(PAGE, WIDGET, True)
+    ledger.observe(PAGE, ep("other GET /x"), True)
+    assert len(ledger) == 1 and ledger.dropped == 1
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {"threshold": 0},
+        {"ratio": 0},
+        {"ratio": 1.5},
+        {"half_life": 0},
+        {"ttl": -1},
+        {"max_edges": 0},
+    ],
+)
+def test_bad_rules_are_refused(rules: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        OptionalityRules(**rules)  # type: ignore[arg-type]
+
+
+def test_marks_and_config_win_over_evidence(clock: FakeClock) -> None:
+    graph = DependencyGraph(clock)
+    graph.observe(PAGE, WIDGET)
+    assert graph.optionality(PAGE, WIDGET) == OPTIONALITY_REQUIRED
+    assert graph.set_learned_optional(PAGE, WIDGET, True)
+    assert graph.optionality(PAGE, WIDGET) == OPTIONALITY_LEARNED
+    assert not graph.edge(PAGE, WIDGET).required  # type: ignore[union-attr]
+    assert not graph.observe(PAGE, WIDGET)  # a plain call does not undo the learned verdict
+    graph.observe(PAGE, WIDGET, optional=True)
+    assert graph.optionality(PAGE, WIDGET) == OPTIONALITY_MARKED
+    graph.declare(PAGE, WIDGET, required=True)  # config says required: evidence cannot undo it
+    assert not graph.set_learned_optional(PAGE, WIDGET, True)
+    assert graph.edge(PAGE, WIDGET).required  # type: ignore[union-attr]
+    assert graph.optionality(ep("a GET /x"), WIDGET) is None
+
+
+def test_the_trickle_waits_an_interval_then_lets_one_through_per_interval(
+    clock: FakeClock,
+) -> None:
+    gate = TrickleGate(clock, interval=2.0, capacity=2)
+    assert not gate.allow(PAGE)  # the hold starts
+    clock.advance(1.0)
+    assert not gate.allow(PAGE)
+    clock.advance(1.0)
+    assert gate.allow(PAGE)
+    assert not gate.allow(PAGE)
+    gate.forget(PAGE)
+    assert not gate.allow(PAGE)  # a new hold waits again
+    assert gate.passed == 1
+    with pytest.raises(ValueError, match="interval must be > 0"):
+        TrickleGate(clock, interval=0)
+
+
+def _learner(clock: FakeClock) -> Learner:
+    table = AvailabilityTable("report", DependencyGraph(clock), clock=clock, wall_clock=clock.wall)
+    return Learner(
+        table,
+        RouteTemplates({}),
+        TraceTable(clock),
+        HopTrust(None),
+        wall_clock=clock.wall,
+        ledger=SurvivalLedger(clock, OptionalityRules(threshold=3)),
+        trickle=TrickleGate(clock, interval=1.0),
+    )
+
+
+def _request(hooks: Learner, clock: FakeClock, answered: int) -> bool:
+    """One page request whose settlement call fails; True when it was let through."""
+    trace = f"00-{os.urandom(16).hex()}-{'a' * 16}-01"
+    inbound = hooks.inbound(
+        "GET", "/reports/settlements", {"traceparent": trace}.get, peer_host=None
+    )
+    if inbound.refusal is not None:
+        return False
+    out = hooks.outbound("settlement", "GET", "/v1/settlements", {"traceparent": trace}.get)
+    hooks.call_failed(out.trace_key, out.callee)
+    hooks.inbound_done(inbound.trace_key, 200 <= answered < 400)
+    return True
+
+
+def test_an_endpoint_held_over_a_learned_edge_trickles_until_it_shows_it_survives(
+    clock: FakeClock,
+) -> None:
+    hooks = _learner(clock)
+    table = hooks.table
+    assert _request(hooks, clock, 200)  # the edge is learned (required); one survival
+    table.breaker_opened("settlement", 30.0)  # before more evidence: the page is held
+    assert table.check(PAGE) is not None
+    assert not _request(hooks, clock, 200)  # refused; the hold starts
+    passed = 0
+    for _ in range(10):
+        clock.advance(1.0)
+        passed += _request(hooks, clock, 200)
+        if table.check(PAGE) is None:
+            break
+    assert passed == 2  # two more survivals make three
+    assert table.graph.optionality(PAGE, WIDGET) == OPTIONALITY_LEARNED
+    assert table.check(PAGE) is None
+    assert _request(hooks, clock, 200)  # now every request is served
+
+
+def test_an_endpoint_that_fails_with_its_dependency_stops_trickling(clock: FakeClock) -> None:
+    hooks = _learner(clock)
+    for _ in range(3):
+        assert _request(hooks, clock, 502)  # the failures that trip a breaker are evidence
+    hooks.table.breaker_opened("settlement", 30.0)
+    for _ in range(5):
+        clock.advance(1.0)
+        assert not _request(hooks, clock, 502)
+    assert hooks.table.graph.optionality(PAGE, WIDGET) == OPTIONALITY_REQUIRED
+    assert hooks.trickle is not None and hooks.trickle.passed == 0
