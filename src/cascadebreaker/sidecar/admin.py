@@ -1,18 +1,14 @@
-"""Admin listener: /healthz, /readyz, /status (JSON) and /metrics (Prometheus)."""
+"""Admin listener: /healthz, /readyz, /status (JSON) and /metrics (Prometheus).
+
+prometheus_client (~10 MB of memory with what it imports) is loaded at the first scrape: a
+sidecar nobody scrapes never pays for it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import accumulate
-
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, cast
 
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import Exchange, RequestHead
@@ -23,12 +19,19 @@ from cascadebreaker.sidecar.proxy.routes import Route
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.proxy.stats import LATENCY_BOUNDS
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+    from prometheus_client.registry import Collector
+
 _STATES = ("closed", "open", "half_open")
 _PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
 
 
-class SidecarCollector(Collector):
-    """Reads the sidecar's plain counters at scrape time (nothing Prometheus on the hot path)."""
+class SidecarCollector:
+    """Reads the sidecar's plain counters at scrape time (nothing Prometheus on the hot path).
+
+    A prometheus_client `Collector` by shape (its base class would load the library early)."""
 
     def __init__(self, runtime: SidecarRuntime, tracker: ConnectionTracker) -> None:
         self.runtime = runtime
@@ -42,6 +45,12 @@ class SidecarCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Calls by outcome, breaker states, rejections, latency, connections."""
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
         calls = CounterMetricFamily(
             "ccb_sidecar_calls",
             "Proxied calls by outcome",
@@ -113,11 +122,21 @@ class AdminHandler:
     def __init__(self, runtime: SidecarRuntime, tracker: ConnectionTracker) -> None:
         self.runtime = runtime
         self.tracker = tracker
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SidecarCollector(runtime, tracker))
-        self.registry.register(ProcessCollector(registry=None))
-        for collector in runtime.collectors:
-            self.registry.register(collector)
+        self._registry: CollectorRegistry | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The Prometheus registry, made at the first scrape."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry, ProcessCollector
+
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(cast("Collector", SidecarCollector(self.runtime, self.tracker)))
+            registry.register(ProcessCollector(registry=None))
+            for collector in self.runtime.collectors:
+                registry.register(collector)
+            self._registry = registry
+        return self._registry
 
     def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
         """Answer one admin request."""
@@ -138,6 +157,8 @@ class AdminHandler:
         elif path == b"/status":
             reply = json_response(200, self.runtime.status())
         elif path == b"/metrics":
+            from prometheus_client import generate_latest
+
             reply = simple_response(200, generate_latest(self.registry), _PROMETHEUS_TEXT)
         else:
             reply = error_response(404, "not found", path=path.decode("latin-1"))

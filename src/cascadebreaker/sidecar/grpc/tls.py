@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 if TYPE_CHECKING:  # the client imports this module and stays free of the config's pydantic
+    # grpc itself is loaded only when credentials are made: checking the files at start-up
+    # must not cost a sidecar without gRPC the ~20 MB of grpc's core.
+    import grpc
+
     from cascadebreaker.sidecar.config import GrpcTlsConfig
     from cascadebreaker.sidecar.proxy.ports import PluginHost
 
@@ -111,6 +113,8 @@ def read_material(
 def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:
     """Client credentials: verify the server against `ca` (else the system's roots); show our
     certificate when we have one (the server may require it)."""
+    import grpc
+
     return grpc.ssl_channel_credentials(material.ca, material.private_key, material.cert_chain)
 
 
@@ -156,6 +160,8 @@ class GrpcTls:
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """Credentials for the listener: every new handshake picks up the newest set."""
+        import grpc
+
         served = [self.generation]
 
         def fetch() -> Any:
@@ -173,6 +179,8 @@ class GrpcTls:
 
     @staticmethod
     def _certificate_configuration(material: TlsMaterial) -> Any:
+        import grpc
+
         assert material.cert_chain is not None and material.private_key is not None
         return grpc.ssl_server_certificate_configuration(
             [(material.private_key, material.cert_chain)], root_certificates=material.ca
@@ -182,6 +190,8 @@ class GrpcTls:
 
     def secure_channel(self, address: str) -> grpc.aio.Channel:
         """A channel to a peer sidecar with the current set (peers' Watch streams)."""
+        import grpc
+
         return grpc.aio.secure_channel(
             address,
             channel_credentials(self.material),

@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from cascadebreaker import State
 from cascadebreaker.cascade import Cause, Endpoint
 from cascadebreaker.cascade.updates import chain_to_list
 
 if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
     from cascadebreaker.sidecar.mesh.node import CascadeNode
 
 __all__ = ["CascadeCollector", "availability_route"]
@@ -67,14 +66,18 @@ def availability_route(node: CascadeNode) -> Callable[[str], tuple[int, dict[str
     return answer
 
 
-class CascadeCollector(Collector):
-    """Updates sent, received, rejected (by reason), calls refused early; read at scrape time."""
+class CascadeCollector:
+    """Updates sent, received, rejected (by reason), calls refused early; read at scrape time.
+
+    A prometheus_client `Collector` by shape: the library loads at the first scrape."""
 
     def __init__(self, node: CascadeNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
         """The cascade's counters and gauges."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         node = self.node
         sent = CounterMetricFamily(
             "ccb_cascade_updates_sent", "Availability updates sent about our endpoints"

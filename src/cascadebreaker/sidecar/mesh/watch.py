@@ -16,8 +16,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 from cascadebreaker.cascade import AvailabilityUpdate, Verdict, is_loopback
 from cascadebreaker.sidecar.logs import RateLimitedLog
 
@@ -137,8 +135,9 @@ class PeerWatchers:
         open_channel: Callable[[str], Any] | None = None,
     ) -> None:
         self.service = service
-        # `GrpcTls.secure_channel` when TLS is configured, else plaintext.
-        self._open_channel = open_channel or grpc.aio.insecure_channel
+        # `GrpcTls.secure_channel` when TLS is configured, else plaintext (None: grpc, ~20 MB,
+        # is loaded with the first peer; a sidecar that never meets one never loads it).
+        self._open_channel = open_channel
         self._on_forget = on_forget
         self._receive = receive
         self._loopback_only = loopback_only
@@ -165,13 +164,16 @@ class PeerWatchers:
 
     async def _follow(self, address: str) -> None:
         """Stay subscribed: reconnect with jittered backoff, resume from the last version."""
+        import grpc
+
         from cascadebreaker.sidecar.grpc.client import watch_updates
 
+        open_channel = self._open_channel or grpc.aio.insecure_channel
         since = 0
         delay = _BACKOFF_FIRST
         alive_at = time.monotonic()  # last sign of life: an update, or a stream that held
         while True:
-            channel = self._open_channel(address)  # a new handshake: the newest certificates
+            channel = open_channel(address)  # a new handshake: the newest certificates
             opened = time.monotonic()
             try:
                 stream = watch_updates(channel, self.service, (), since, on_malformed=self._bad)

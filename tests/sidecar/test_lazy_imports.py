@@ -1,0 +1,89 @@
+"""gRPC and Prometheus cost memory only when used: a sidecar loads grpc when a gRPC listener is
+configured (or a peer is watched), and prometheus_client at the first /metrics scrape.
+
+Each case runs a real sidecar in a fresh interpreter (this test process has both libraries
+loaded by other tests), which reports `sys.modules` before and after a scrape."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_PROGRAM = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from cascadebreaker.sidecar.config import parse_config
+    from cascadebreaker.sidecar.server import SidecarServer
+
+    async def get(port, path):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET " + path + b" HTTP/1.1\\r\\nhost: t\\r\\nconnection: close\\r\\n\\r\\n")
+        answer = await reader.read()
+        writer.close()
+        return answer
+
+    def loaded():
+        return {name: name in sys.modules for name in ("grpc", "prometheus_client")}
+
+    async def main():
+        config = parse_config(json.loads(sys.argv[1]))
+        server = SidecarServer(config)
+        await server.start()
+        try:
+            before = loaded()
+            admin = int(server.address("admin").rsplit(":", 1)[1])
+            metrics = await get(admin, b"/metrics")
+            after = loaded()
+        finally:
+            await server.stop()
+        print(json.dumps({"before": before, "after": after, "metrics": metrics.decode()}))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _run(grpc_listener: bool) -> dict[str, object]:
+    config = {
+        "service": "checkout",
+        "listen": {
+            "outbound": "127.0.0.1:0",
+            "inbound": None,
+            "grpc": "127.0.0.1:0" if grpc_listener else None,
+            "admin": "127.0.0.1:0",
+        },
+        "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
+        "log_level": "warning",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.slow
+def test_no_grpc_listener_loads_neither_library_until_a_scrape() -> None:
+    result = _run(grpc_listener=False)
+    assert result["before"] == {"grpc": False, "prometheus_client": False}
+    assert result["after"] == {"grpc": False, "prometheus_client": True}
+    metrics = str(result["metrics"])
+    assert metrics.startswith("HTTP/1.1 200")
+    assert "ccb_sidecar_calls" in metrics
+    assert "ccb_cascade_updates_sent" in metrics  # the cascade's collector, registered lazily
+    assert "process_resident_memory_bytes" in metrics
+
+
+@pytest.mark.slow
+def test_a_grpc_listener_loads_grpc() -> None:
+    result = _run(grpc_listener=True)
+    assert result["before"] == {"grpc": True, "prometheus_client": False}
