@@ -28,6 +28,7 @@ from cascadebreaker.sidecar.http.wire import (
     EXPECT,
     HEADER_KINDS,
     HOST,
+    PLAIN_CONNECTION,
     TRANSFER_ENCODING,
     UPGRADE,
     RawHeaders,
@@ -126,7 +127,8 @@ class RequestReader:
             else:
                 self._encodings.append(value)
         elif kind == CONNECTION:
-            self._connection.append(value)
+            if value not in PLAIN_CONNECTION:
+                self._connection.append(value)
         elif kind == EXPECT:
             self._expect = value.lower() == b"100-continue"
         elif kind == UPGRADE:

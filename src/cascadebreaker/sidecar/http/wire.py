@@ -60,6 +60,11 @@ def header_kind(name: bytes) -> int:
     return kind
 
 
+# Connection values that name no other header, as commonly spelled: skipped where read, so
+# the usual `Connection: keep-alive` costs no token parsing.
+PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b""})
+
+
 def drop_connection_tokens(headers: RawHeaders, connection_values: list[bytes]) -> RawHeaders:
     """Remove headers that Connection lists as hop-by-hop (close/keep-alive name none)."""
     tokens = {t.strip().lower() for value in connection_values for t in value.split(b",")}
@@ -117,7 +122,7 @@ def response_head(
     status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], framing: bytes
 ) -> bytes:
     """Serialise a response head; `framing` carries content-length/transfer-encoding/connection."""
-    parts = [status_line(status, reason)]
+    parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Unknown"))]
     for name, value in headers:
         parts += (name, b": ", value, CRLF)
     parts += (framing, CRLF)

@@ -96,11 +96,12 @@ class CascadeRejection(Rejection):
         return json_response(self.status, self.body, extra, close=close)
 
 
-# Every header the cascade reads (learning, trust, trace context).
+# Every header the cascade reads (learning, trust, trace context), and the one it only strips.
 _READ = {
     name.encode(): name
     for name in (
         HOP_HEADER,
+        SIDECAR_GRPC_HEADER,
         SERVING_ENDPOINT_HEADER,
         OPTIONAL_HEADER,
         "traceparent",
@@ -124,7 +125,10 @@ def _getter(headers: RawHeaders) -> Any:
 
 def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
     """Remove headers in place (the proxy forwards this very list); return their values."""
-    if not any(name.lower() in names for name, _ in headers):
+    for name, _ in headers:  # a plain loop: no generator to resume per header
+        if name.lower() in names:
+            break
+    else:
         return []
     values = [v for n, v in headers if n.lower() in names]
     headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
@@ -274,7 +278,8 @@ class CascadeHook:
             body["endpoint"] = str(callee)
             mark = seal(self.runtime.refusal_key, UPSTREAM_UNAVAILABLE)
             return CascadeRejection(body, refusal, self._wall(), mark)
-        _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
+        if get(HOP_HEADER) is not None or get(SIDECAR_GRPC_HEADER) is not None:
+            _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         token = None
         if self._signs_hops:
             base = self._base_paths.get(upstream, "")

@@ -77,7 +77,13 @@ class ProxyExchange(FixedExchange):
         path: bytes,
         direction: Direction,
     ) -> None:
-        super().__init__(conn, request)
+        # FixedExchange's fields, set here: one call fewer per request.
+        self.conn = conn
+        self.request = request
+        self.has_body = has_body = request.chunked or bool(request.content_length)
+        self.request_done = not has_body
+        self.finished = False
+        self._deferred = None
         self.runtime = runtime
         self.pipeline = runtime.pipeline
         # The call's state, as the pipeline reads and keeps it (pipeline.CallState).
@@ -87,7 +93,6 @@ class ProxyExchange(FixedExchange):
         self.path = path
         self.headers = request.headers
         self.client = request.client
-        self.has_body = has_body = request.has_body
         self.resendable = not has_body  # a streamed body is not kept: it cannot be sent again
         self.info: RequestInfo | None = None
         self.permit: Permit | None = None

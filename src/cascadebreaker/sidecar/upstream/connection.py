@@ -29,6 +29,7 @@ from cascadebreaker.sidecar.http.wire import (
     EXPECT,
     HEADER_KINDS,
     HOST,
+    PLAIN_CONNECTION,
     TRANSFER_ENCODING,
     UPGRADE,
     RawHeaders,
@@ -221,7 +222,8 @@ class UpstreamConnection(asyncio.Protocol):
         elif kind == TRANSFER_ENCODING:
             self._chunked = b"chunked" in value.lower()
         elif kind == CONNECTION:
-            self._connection.append(value)
+            if value not in PLAIN_CONNECTION:
+                self._connection.append(value)
         elif kind == UPGRADE:
             self._upgrade = value
 
@@ -296,9 +298,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._bytes_seen = False
         self._head_request = head_request
         self._timeout = timeout
-        now = self.loop.time()
-        self._last_activity = now
-        self._watch.add(self)
+        self._last_activity = self.loop.time()
+        watch = self._watch
+        watch.busy.add(self)  # TimeoutWatch.add, inlined: it runs for every request
+        if watch.handle is None:
+            watch.arm()
         if body:
             self.transport.writelines((head, body))
         else:

@@ -26,27 +26,31 @@ class TimeoutWatch:
         self.loop = loop
         self.resolution = resolution
         self.busy: set[UpstreamConnection] = set()
-        self._handle: asyncio.TimerHandle | None = None
+        self.handle: asyncio.TimerHandle | None = None  # the next check, while any is busy
 
     def add(self, conn: UpstreamConnection) -> None:
-        """Watch a connection that just started an exchange."""
+        """Watch a connection that just started an exchange (the hot path inlines this)."""
         self.busy.add(conn)
-        if self._handle is None:
-            self._handle = self.loop.call_later(self.resolution, self._tick)
+        if self.handle is None:
+            self.arm()
+
+    def arm(self) -> None:
+        """Schedule the next check."""
+        self.handle = self.loop.call_later(self.resolution, self._tick)
 
     def _tick(self) -> None:
-        self._handle = None
+        self.handle = None
         now = self.loop.time()
         for conn in list(self.busy):
             conn.check_timeout(now)
         if self.busy:
-            self._handle = self.loop.call_later(self.resolution, self._tick)
+            self.arm()
 
     def close(self) -> None:
         """Stop checking."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
         self.busy.clear()
 
 
