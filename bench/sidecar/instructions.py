@@ -153,8 +153,11 @@ def per_request(argv: list[str], port: int, n: int, request: bytes, env: dict[st
     return (count(argv, port, 2 * n, request, env) - count(argv, port, n, request, env)) / n
 
 
-def sidecar_argv(workdir: Path, src: str, upstream: int, port: int, label: str) -> list[str]:
-    config = {
+def sidecar_argv(
+    workdir: Path, src: str, upstream: int, port: int, label: str, cascade: bool = True
+) -> list[str]:
+    """`ccb sidecar` from the source tree `src`: an outbound listener only (no gRPC, no admin)."""
+    config: dict[str, object] = {
         "service": "checkout",
         "listen": {
             "outbound": f"127.0.0.1:{port}",
@@ -165,6 +168,8 @@ def sidecar_argv(workdir: Path, src: str, upstream: int, port: int, label: str) 
         "upstreams": {"payment": {"url": f"http://127.0.0.1:{upstream}", "timeout": 30.0}},
         "log_level": "warning",
     }
+    if not cascade:
+        config["cascade"] = {"enabled": False}
     path = workdir / f"{label}.yaml"
     path.write_text(yaml.safe_dump(config))
     code = (
@@ -216,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
         if not args.no_peers:
             port = procs.free_port()
+            command = sidecar_argv(workdir, trees[0], upstream.port, port, "nc", cascade=False)
+            rows.append(
+                ("sidecar, cascade disabled", per_request(command, port, args.n, _REQUEST, {}))
+            )
+            print(f"{rows[-1][0]}: {rows[-1][1]:,.0f}", flush=True)
+            port = procs.free_port()
             command = nginx_argv(workdir, upstream.port, port)
             rows.append(("nginx proxy", per_request(command, port, args.n, _REQUEST, {})))
             print(f"nginx proxy: {rows[-1][1]:,.0f}", flush=True)
@@ -240,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             "connection from a client outside valgrind, upstream nginx not counted; the",
             "difference over n cancels start-up and shutdown). Unlike wall time, this does not",
             "move with the machine's load. The uvloop byte relay forwards bytes both ways with",
-            "no HTTP at all: the floor of any Python proxy on this event loop.",
+            "no HTTP at all: the floor of any Python proxy on this event loop. The sidecar runs",
+            "with its defaults (the cascade on: learning, hop tokens), and once without it.",
             "",
             f"Rerun: `.venv/bin/python -m bench.sidecar.instructions --src OTHER/src --label NAME "
             f"--write` (n={args.n}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",

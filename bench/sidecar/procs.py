@@ -61,6 +61,14 @@ class Proc:
                     return int(line.split()[1]) / 1024
         return 0.0
 
+    def pss_mb(self) -> float:
+        """Proportional set size now (shared pages divided among their sharers), in MiB."""
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.process.pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
     def rss_mb(self) -> float:
         """Current resident set size (VmRSS) in MiB."""
         with contextlib.suppress(OSError):

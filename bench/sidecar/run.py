@@ -165,6 +165,12 @@ def run_rounds(
                 cell = report.grpc.setdefault((name, connections), Cell())
                 cell.samples.append(_load_cell([proc], partial(_grpc, port, connections, seconds)))
     report.peak_rss_mb = {name: p.peak_rss_mb() for name, p in started.items()}
+    report.pss_mb = {name: p.pss_mb() for name, p in started.items()}
+    report.grpc_listeners = tuple(
+        name
+        for name, p in started.items()
+        if p.name.startswith("sidecar") and "grpc" in p.extra_ports
+    )
     return report
 
 
@@ -248,6 +254,12 @@ def _nginx_version() -> str:
     return text.strip().rsplit("/", 1)[-1]
 
 
+_IDLE_TEXT = {
+    "halting": "default idle states (a halted vCPU's wake-up is in every 1-connection number)",
+    "polling": "idle CPUs polling (/dev/cpu_dma_latency held at 0: no vCPU halt/wake latency)",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sidecar benchmark, print the tables, and record them in docs/benchmarks.md."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -256,15 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 round of 1 s; no doc write")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     parser.add_argument(
-        "--halting-idle",
-        action="store_true",
-        help="leave CPU idle states alone (default: hold /dev/cpu_dma_latency at 0)",
+        "--idle",
+        choices=("both", "halting", "polling"),
+        default="both",
+        help="CPU idle states: the default ones (halting), idle CPUs polling "
+        "(/dev/cpu_dma_latency held at 0), or both, one after the other (default)",
     )
     parser.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.seconds, args.no_write, args.no_profile = 1, 1.0, True, True
+        if args.idle == "both":
+            args.idle = "halting"
     try:
         wrk_binary()
     except WrkMissing as exc:
@@ -276,11 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     started: dict[str, Proc] = {}
     profile: Profile | None = None
     busy_before, times_before, wall_before = system_busy_seconds(), os.times(), time.monotonic()
-    idle = contextlib.ExitStack()
+    modes = ["halting", "polling"] if args.idle == "both" else [args.idle]
+    reports: dict[str, Report] = {}
     try:
-        polling = idle.enter_context(polling_idle(not args.halting_idle))
         scenarios = start_processes(workdir, started, notes)
-        report = run_rounds(scenarios, started, args.rounds, args.seconds, workdir)
+        for mode in modes:
+            print(f"CPU idle: {mode}", flush=True)
+            with polling_idle(mode == "polling") as polling:
+                if mode == "polling" and not polling:
+                    notes.append("idle CPUs could not be held polling (/dev/cpu_dma_latency)")
+                    continue
+                reports[mode] = run_rounds(scenarios, started, args.rounds, args.seconds, workdir)
         if not args.no_profile:
             profile = profile_outbound(workdir, started["upstream"].port, 5.0)
         # CPU the rest of the machine used meanwhile: the noise on these numbers.
@@ -292,22 +314,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for proc in reversed(started.values()):
             proc.stop()
-        idle.close()
     if foreign_share > 0.2:
         notes.append(
             f"Other processes used {foreign_share:.2f} CPUs on average during the run "
             f"(of {os.cpu_count()}): these numbers are noisy; rerun on a quiet machine."
         )
+    report = reports[modes[0]]
     report.import_rss_mb = procs.import_rss_mb()
     report.notes = notes
     report.profile = profile
     report.environment = environment(args.rounds, args.seconds, load_before)
-    report.environment["CPU idle"] = (
-        "polling (/dev/cpu_dma_latency held at 0 during the run: no vCPU halt/wake latency)"
-        if polling
-        else "default idle states (a halted vCPU's wake-up is in every 1-connection number)"
+    report.environment["load average after the run"] = f"{os.getloadavg()[0]:.2f}"
+    report.environment["CPU idle"] = _IDLE_TEXT[modes[0]] + (
+        "; then again with " + _IDLE_TEXT[modes[1]] + " (the section at the end)"
+        if len(modes) > 1
+        else ""
     )
     report.environment["CPU used by other processes during the run"] = f"{foreign_share:.2f} CPUs"
+    if len(modes) > 1 and modes[1] in reports:
+        report.other_idle = (_IDLE_TEXT[modes[1]], reports[modes[1]])
     markdown = render(report)
     print(markdown)
     if not args.no_write:

@@ -34,31 +34,47 @@ def _report() -> Report:
     return report
 
 
-def test_targets_say_met_or_missed_by_how_much() -> None:
-    """50 µs added p50 meets 60 µs; 0.8x meets 0.7x; unmeasured targets say so."""
+def test_targets_are_ratios_against_nginx_in_the_same_run() -> None:
+    """50 µs added p50 against nginx's 25 µs meets 2.0x; 48k req/s against nginx's 50k meets
+    0.8x; 30 MiB meets 30 MB; unmeasured targets say so."""
+    report = _report()
+    report.wrk[("nginx proxy", 16)] = Cell([_sample(300, 400, 900, 50_000)])
     verdicts = {
-        what.split(":")[0]: (measured, verdict) for what, measured, verdict, _ in targets(_report())
+        what.split(":")[0]: (measured, verdict) for what, measured, verdict, _ in targets(report)
     }
-    assert verdicts["added p50 per sidecar hop, 1 conn"] == ("50 µs", "met")
-    assert verdicts["added p99 per sidecar hop, 1 conn"] == ("200 µs", "met")
-    assert verdicts["throughput at 16 conns"] == ("0.80 x", "met")
-    assert verdicts["peak RSS per sidecar"] == ("30.0 MiB", "met")
-    assert verdicts["sidecar pair at 1000 rps, added p90"] == ("not measured", "-")
+    assert verdicts["added p50 per hop, 1 conn"] == ("50 µs (2.00x nginx)", "met")
+    assert verdicts["throughput at 16 conns"] == ("48,000 req/s (0.96x nginx)", "met")
+    assert verdicts["peak RSS of sidecar"][1] == "met"
+    assert verdicts["pair at 1000 rps, added p90"] == ("not measured", "-")
+    assert verdicts["gRPC Call p50, 1 conn"] == ("not measured", "-")
 
 
 def test_targets_show_nginx_by_the_same_measure() -> None:
     """The peer column: nginx's added p50 per hop next to the sidecar's."""
     peers = {what.split(":")[0]: peer for what, _, _, peer in targets(_report())}
-    assert peers["added p50 per sidecar hop, 1 conn"] == "25 µs"
-    assert peers["peak RSS per sidecar"] == "-"
+    assert peers["added p50 per hop, 1 conn"] == "25 µs"
+    assert peers["peak RSS of sidecar"] == "-"
 
 
 def test_a_missed_target_names_the_gap() -> None:
-    """A 200 µs hop at p50 misses 60 µs by 140 µs."""
+    """A 200 µs hop at p50 misses 2x nginx's 25 µs by 150 µs; the gRPC path is held to the
+    empty server's p50 + 60 µs."""
     report = _report()
     report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(220, 300, 400, 5_000)])
+    report.grpc[("empty grpc.aio server", 1)] = Cell([_sample(300, 400, 500, 3_000)])
+    report.grpc[("sidecar Call", 1)] = Cell([_sample(400, 500, 600, 2_000)])
     verdicts = {what.split(":")[0]: verdict for what, _, verdict, _ in targets(report)}
-    assert verdicts["added p50 per sidecar hop, 1 conn"] == "MISSED by 140 µs"
+    assert verdicts["added p50 per hop, 1 conn"] == "MISSED by 150 µs"
+    assert verdicts["gRPC Call p50, 1 conn"] == "MISSED by 40 µs"
+
+
+def test_the_other_idle_mode_is_rendered_after_the_main_tables() -> None:
+    """Both CPU idle modes are recorded: the second as its own section."""
+    report = _report()
+    report.other_idle = ("idle CPUs polling", _report())
+    text = render(report)
+    assert text.count("| sidecar (outbound) | 1 | 10,000 |") == 2
+    assert "### The same rounds with idle CPUs polling" in text
 
 
 def test_write_section_replaces_only_the_sidecar_section(tmp_path: Path) -> None:
