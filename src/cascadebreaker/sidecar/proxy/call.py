@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cascadebreaker.sidecar.http.framing import whole_body_framing
-from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
+from cascadebreaker.sidecar.http.wire import forwardable, request_head
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import Direction
 from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, AdmitLater, Call
-from cascadebreaker.sidecar.upstream.client import HeadersArg, fetch
+from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse, fetch_raw
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -71,20 +71,20 @@ async def call_upstream(
         except BaseException:
             pipeline.cancelled(call)
             raise
-        info = call.info
-        seen: RawHeaders = [] if info is None else _raw(response.headers)
-        if pipeline.response(call, response.status, seen):
+        # Hooks see (and may edit) the raw headers, as on the HTTP path; decoded once, after.
+        if pipeline.response(call, response.status, response.headers):
             verdict = pipeline.retry(call)
             continue
-        if info is not None:  # hooks may have removed or added response headers
-            response.headers = [
-                (n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in info.response_headers
-            ]
         pipeline.finish(call)
-        return response
+        info = call.info
+        return RawResponse(
+            response.status,
+            response.headers if info is None else info.response_headers,
+            response.body,
+        ).decoded()
 
 
-async def _send(call: Call, body: bytes, read_timeout: float | None) -> UpstreamResponse:
+async def _send(call: Call, body: bytes, read_timeout: float | None) -> RawResponse:
     route = call.route
     target = route.target
     headers = call.headers
@@ -98,8 +98,4 @@ async def _send(call: Call, body: bytes, read_timeout: float | None) -> Upstream
         whole_body_framing(call.method, len(body)),
     )
     wait = read_timeout if read_timeout is not None else route.timeout
-    return await fetch(route.pool, head, body, wait, call.method == b"HEAD")
-
-
-def _raw(headers: list[tuple[str, str]]) -> RawHeaders:
-    return [(n.encode("latin-1"), v.encode("latin-1")) for n, v in headers]
+    return await fetch_raw(route.pool, head, body, wait, call.method == b"HEAD")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from cascadebreaker.sidecar.http.framing import whole_body_framing
 from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
@@ -25,13 +26,26 @@ from cascadebreaker.sidecar.upstream.model import (
 )
 from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
-__all__ = ["HeadersArg", "UpstreamClient", "fetch"]
+__all__ = ["HeadersArg", "RawResponse", "UpstreamClient", "fetch", "fetch_raw"]
+
+
+class RawResponse(NamedTuple):
+    """A whole response as received: end-to-end headers in raw bytes, original case."""
+
+    status: int
+    headers: RawHeaders
+    body: bytes
+
+    def decoded(self) -> UpstreamResponse:
+        """As `UpstreamResponse` (names lower-cased, latin-1 text)."""
+        headers = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in self.headers]
+        return UpstreamResponse(self.status, headers, self.body)
 
 
 class _BufferingSink:
-    """Collects a whole response into a future (for `UpstreamClient.request`)."""
+    """Collects a whole response into a future (for `fetch_raw`)."""
 
-    def __init__(self, future: asyncio.Future[UpstreamResponse]) -> None:
+    def __init__(self, future: asyncio.Future[RawResponse]) -> None:
         self.future = future
         self.status = 0
         self.headers: RawHeaders = []
@@ -53,8 +67,7 @@ class _BufferingSink:
 
     def response_end(self) -> None:
         if not self.future.done():
-            headers = [(n.decode("latin-1").lower(), v.decode("latin-1")) for n, v in self.headers]
-            self.future.set_result(UpstreamResponse(self.status, headers, b"".join(self.body)))
+            self.future.set_result(RawResponse(self.status, self.headers, b"".join(self.body)))
 
     def response_failed(self, error: UpstreamError) -> None:
         if not self.future.done():
@@ -76,8 +89,15 @@ async def fetch(
     subclasses; no replay (the caller decides). Cancelled, the connection
     is dropped (its exchange cannot be finished).
     """
+    return (await fetch_raw(pool, head, body, read_timeout, head_request)).decoded()
+
+
+async def fetch_raw(
+    pool: UpstreamPool, head: bytes, body: bytes, read_timeout: float, head_request: bool = False
+) -> RawResponse:
+    """As `fetch`, the headers left raw (the async driver shows them to hooks as they are)."""
     conn = pool.acquire_nowait() or await pool.connect()
-    future: asyncio.Future[UpstreamResponse] = pool.loop.create_future()
+    future: asyncio.Future[RawResponse] = pool.loop.create_future()
     conn.send(head, _BufferingSink(future), read_timeout, head_request, body)
     try:
         return await future
