@@ -4,6 +4,9 @@
   a received unavailability for it has not expired.
 - An endpoint of this service is unavailable while any required dependency is unavailable
   through a cause chain that does not already contain that endpoint (so cycles terminate).
+- A received endpoint is unavailable only when every live instance of its service (or the
+  configured quorum of them) reports it so (`instances.InstanceReports`); `_remote` caches that
+  aggregate so the per-request check stays a dict lookup.
 
 `AvailabilityTable` is pure: every input (breaker transition, received update, learned edge)
 returns the updates to send; time comes from injected clocks. It is not thread-safe: drive it
@@ -19,6 +22,7 @@ from typing import Any, NamedTuple
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.graph import DependencyGraph, EdgeSource
+from cascadebreaker.cascade.instances import InstanceCount, InstanceReports
 from cascadebreaker.cascade.updates import (
     AvailabilityUpdate,
     Cause,
@@ -75,6 +79,8 @@ class AvailabilityTable:
         max_skew: float = 60.0,
         recovery_ttl: float = 60.0,
         max_versions: int = 100_000,
+        instance: str = "",
+        quorum: float = 1.0,
     ) -> None:
         self.service = service
         self.graph = graph
@@ -87,9 +93,13 @@ class AvailabilityTable:
         self._max_versions = max_versions
         self._roots: dict[Endpoint, Unavailability] = {}
         self._service_roots: dict[str, Unavailability] = {}
-        self._remote: dict[Endpoint, Unavailability] = {}
+        self.instance = instance  # ours, named in every update we send
+        self._instances = InstanceReports(quorum)
+        self._instances_touched: set[Endpoint] = set()
+        self._remote: dict[Endpoint, Unavailability] = {}  # aggregated over instances
         self._derived: dict[Endpoint, Unavailability] = {}
-        self._versions: dict[Endpoint, int] = {}
+        # Versions are per instance: replicas' clocks and sequences are their own.
+        self._versions: dict[tuple[Endpoint, str], int] = {}
         self._last_sent: dict[Endpoint, AvailabilityUpdate] = {}  # ours, for new subscribers
         self._last_version = 0
         self.counters: Counter[str] = Counter()
@@ -170,7 +180,7 @@ class AvailabilityTable:
             update,
             self._secret,
             now=wall,
-            last_version=self._versions.get(endpoint),
+            last_version=self._versions.get((endpoint, update.instance)),
             receiver=self.service,
             max_skew=self._max_skew,
         )
@@ -178,14 +188,79 @@ class AvailabilityTable:
             self.counters[f"rejected_{verdict.value}"] += 1
             return Propagation(verdict, _NO_UPDATES)
         self.counters["accepted"] += 1
-        self._remember_version(endpoint, update.version)
-        if update.available:
-            if self._remote.pop(endpoint, None) is None:
-                return _ACCEPTED_NOTHING
-        else:
-            ttl = min(update.expires_at - wall, self._max_ttl)
-            self._remote[endpoint] = Unavailability(update.cause_chain, wall + ttl, now + ttl)
-        return Propagation(Verdict.ACCEPTED, self._propagate((endpoint,), now, True))
+        self._remember_version((endpoint, update.instance), update.version)
+        ttl = min(update.expires_at - wall, self._max_ttl)
+        report = None
+        if not update.available:
+            report = Unavailability(update.cause_chain, wall + ttl, now + ttl)
+        changed = self._reaggregate(self._instances.record(update, report, now + ttl), now)
+        if not changed:
+            return _ACCEPTED_NOTHING
+        return Propagation(Verdict.ACCEPTED, changed)
+
+    def sibling_reported(self, update: AvailabilityUpdate) -> tuple[AvailabilityUpdate, ...]:
+        """Another instance of our own service says one of our endpoints is unavailable (heard
+        on a shared bus): when it is available here, say so, naming us, for as long as the
+        sibling's report lives, so dependents count a live instance that can serve it."""
+        if update.service != self.service or update.available or update.instance == self.instance:
+            return _NO_UPDATES
+        wall = self._wall()
+        verdict = verify(update, self._secret, now=wall, max_skew=self._max_skew)
+        if verdict is not Verdict.ACCEPTED:
+            self.counters[f"rejected_{verdict.value}"] += 1
+            return _NO_UPDATES
+        endpoint = update.endpoint
+        if self._best(endpoint, self._clock(), exclude=None) is not None:
+            return _NO_UPDATES  # unavailable here too: our own update already says so
+        until = min(update.expires_at, wall + self._max_ttl)
+        last = self._last_sent.get(endpoint)
+        if last is not None and last.available and last.expires_at >= until:
+            return _NO_UPDATES  # our answer still outlives the sibling's report
+        self.counters["sibling_answers"] += 1
+        until = max(until, wall + self._recovery_ttl)
+        return (self._update(endpoint, None, available_until=until),)
+
+    def presence(self, ttl: float) -> AvailabilityUpdate:
+        """Our presence for `ttl` seconds: an available update about our whole service, so a
+        dependent counts this instance live for every endpoint it has no report about."""
+        return self._update(
+            Endpoint.service_wide(self.service),
+            None,
+            available_until=self._wall() + ttl,
+            remember=False,
+        )
+
+    def instances(self, endpoint: Endpoint) -> InstanceCount:
+        """Live instances of another service's endpoint and how many report it unavailable."""
+        return self._instances.count(endpoint, self._clock())
+
+    def expire_instances(self) -> tuple[AvailabilityUpdate, ...]:
+        """Forget expired instance reports and presences; an endpoint whose last available
+        instance went silent becomes unavailable here (call periodically)."""
+        now = self._clock()
+        touched = self._instances_touched | self._instances.expire(now)
+        self._instances_touched = set()
+        if not touched:
+            return _NO_UPDATES
+        return self._reaggregate(touched, now)
+
+    def _reaggregate(
+        self, endpoints: Iterable[Endpoint], now: float
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """Recompute the cached aggregate of `endpoints`; propagate those that changed."""
+        changed: list[Endpoint] = []
+        for endpoint in endpoints:
+            aggregate, _ = self._instances.aggregate(endpoint, now)
+            if aggregate == self._remote.get(endpoint):
+                continue
+            if aggregate is None:
+                del self._remote[endpoint]
+            else:
+                self._remote[endpoint] = aggregate
+            changed.append(endpoint)
+        if not changed:
+            return _NO_UPDATES
+        return self._propagate(changed, now, seeds_are_callees=True)
 
     def graph_changed(self, callers: Iterable[Endpoint]) -> tuple[AvailabilityUpdate, ...]:
         """Re-evaluate `callers` after edges were declared, marked optional or expired."""
@@ -224,6 +299,7 @@ class AvailabilityTable:
         No updates are sent: receivers hold the same absolute expiry and expire on their own.
         """
         now = self._clock()
+        self._instances_touched |= self._instances.expire(now)  # re-aggregated by expire_instances
         for table in (self._roots, self._remote):
             for key in [k for k, u in table.items() if u.deadline <= now]:
                 del table[key]
@@ -241,6 +317,9 @@ class AvailabilityTable:
             for table in (self._roots, self._service_roots, self._remote, self._derived)
             for u in table.values()
         ]
+        instances = self._instances.next_deadline()
+        if instances is not None:
+            deadlines.append(instances)
         return min(deadlines, default=None)
 
     # -- views ----------------------------------------------------------------------------
@@ -276,8 +355,26 @@ class AvailabilityTable:
                 {"caller": str(e.caller), "callee": str(e.callee), "required": e.required}
                 for e in self.graph.edges()
             ],
+            "instances": self.instance_view(),
             "counters": dict(self.counters),
         }
+
+    def instance_view(self) -> list[dict[str, Any]]:
+        """Endpoints of other services some live instance reports unavailable, with counts."""
+        now = self._clock()
+        found = []
+        for endpoint in self._instances.reported():
+            count = self._instances.count(endpoint, now)
+            if count.unavailable:
+                found.append(
+                    {
+                        "endpoint": str(endpoint),
+                        "live": count.live,
+                        "unavailable": count.unavailable,
+                        "available_fraction": round(count.fraction, 4),
+                    }
+                )
+        return found
 
     # -- the rules ------------------------------------------------------------------------
 
@@ -358,30 +455,46 @@ class AvailabilityTable:
         self.counters["sent"] += len(updates)
         return updates
 
-    def _update(self, endpoint: Endpoint, u: Unavailability | None) -> AvailabilityUpdate:
+    def _update(
+        self,
+        endpoint: Endpoint,
+        u: Unavailability | None,
+        available_until: float | None = None,
+        remember: bool = True,
+    ) -> AvailabilityUpdate:
         wall = self._wall()
         version = max(self._last_version + 1, int(wall * 1_000_000))
         # Millisecond precision is what the wire keeps; rounding here spares `sign` a copy.
         self._last_version = version
-        self._remember_version(endpoint, version)
+        self._remember_version((endpoint, self.instance), version)
         if u is None:
-            expires_at = round((wall + self._recovery_ttl) * 1000) / 1000
-            update = AvailabilityUpdate(self.service, endpoint, True, (), expires_at, version)
+            until = wall + self._recovery_ttl if available_until is None else available_until
+            expires_at = round(until * 1000) / 1000
+            update = AvailabilityUpdate(
+                self.service, endpoint, True, (), expires_at, version, instance=self.instance
+            )
         else:
             expires_at = round(u.expires_at * 1000) / 1000
             update = AvailabilityUpdate(
-                self.service, endpoint, False, u.cause_chain, expires_at, version
+                self.service,
+                endpoint,
+                False,
+                u.cause_chain,
+                expires_at,
+                version,
+                instance=self.instance,
             )
         if self._secret is not None:
             update = sign(update, self._secret)
-        self._last_sent[endpoint] = update
+        if remember:
+            self._last_sent[endpoint] = update
         return update
 
-    def _remember_version(self, endpoint: Endpoint, version: int) -> None:
+    def _remember_version(self, key: tuple[Endpoint, str], version: int) -> None:
         versions = self._versions
-        if endpoint not in versions and len(versions) >= self._max_versions:
-            del versions[next(iter(versions))]  # forget the oldest-inserted endpoint
-        versions[endpoint] = version
+        if key not in versions and len(versions) >= self._max_versions:
+            del versions[next(iter(versions))]  # forget the oldest-inserted report
+        versions[key] = version
 
     def _callers_of_service(self, service: str) -> list[Endpoint]:
         return [c for e in self.graph.callees_of_service(service) for c in self.graph.callers(e)]

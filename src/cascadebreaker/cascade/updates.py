@@ -5,7 +5,12 @@ Wire form (JSON object, the same over gRPC, Redis pub/sub and HTTP):
     {"service": "checkout", "endpoint": "checkout POST /v1/orders", "available": false,
      "cause_chain": [{"endpoint": "payment POST /v1/charges", "reason": "circuit open"},
                      {"endpoint": "checkout POST /v1/orders", "reason": "requires payment ..."}],
-     "expires_at": 1764442586.123, "version": 1764442566123456, "signature": "<hex>"}
+     "expires_at": 1764442586.123, "version": 1764442566123456, "instance": "checkout-7d9f-x2",
+     "signature": "<hex>"}
+
+`instance` names the replica (pod name or host:port) whose sidecar saw the change; it is left
+out when empty, so an update from a sender that predates it reads as the one anonymous
+instance of its service, and its canonical bytes (and signature) are the same as before.
 
 `expires_at` is absolute unix wall time (seconds, millisecond precision): relays over several
 hops and a Redis channel keep the root's single deadline instead of adding transit time per hop,
@@ -43,8 +48,20 @@ __all__ = [
 ]
 
 _FIELDS = frozenset(
-    {"service", "endpoint", "available", "cause_chain", "expires_at", "version", "signature"}
+    {
+        "service",
+        "endpoint",
+        "available",
+        "cause_chain",
+        "expires_at",
+        "version",
+        "instance",
+        "signature",
+    }
 )
+_OPTIONAL = frozenset({"instance", "signature"})
+# A pod name (DNS label), a host name, or host:port (IPv6 in brackets).
+_INSTANCE = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
 _MAX_CHAIN = 64
 _MAX_REASON = 200
 # The protobuf wire carries versions as uint64 and expiry as uint64 milliseconds: the JSON wire
@@ -133,6 +150,7 @@ class AvailabilityUpdate:
     expires_at: float
     version: int
     signature: str = field(default="", compare=False)
+    instance: str = ""  # the replica that saw it; "" = the anonymous instance (older senders)
 
     def problem(self) -> str | None:
         """Why this update breaks the rules, or None when it is well formed."""
@@ -146,6 +164,8 @@ class AvailabilityUpdate:
             return "expires_at must be positive unix time"
         if not self.expires_at < _MAX_EXPIRES_AT:
             return f"expires_at must be below {_MAX_EXPIRES_AT:g}"
+        if self.instance and not _INSTANCE.fullmatch(self.instance):
+            return "instance must be 1-253 chars of letters, digits and . _ : - [ ]"
         if self.signature and not _SIGNATURE.fullmatch(self.signature):
             return "signature must be 64 lowercase hex digits (or empty)"
         if len(self.cause_chain) > _MAX_CHAIN:
@@ -175,23 +195,26 @@ class AvailabilityUpdate:
         return [cause.reason for cause in self.cause_chain]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (the wire form)."""
-        return {
+        """JSON-friendly form (the wire form; `instance` only when there is one)."""
+        data: dict[str, Any] = {
             "service": self.service,
             "endpoint": str(self.endpoint),
             "available": self.available,
             "cause_chain": chain_to_list(self.cause_chain),
             "expires_at": self.expires_at,
             "version": self.version,
-            "signature": self.signature,
         }
+        if self.instance:
+            data["instance"] = self.instance
+        data["signature"] = self.signature
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AvailabilityUpdate:
         """Parse the wire form; raises MalformedUpdate with the reason."""
         if not isinstance(data, Mapping):
             raise MalformedUpdate("update must be an object")
-        missing = (_FIELDS - {"signature"}) - set(data)
+        missing = (_FIELDS - _OPTIONAL) - set(data)
         if missing:
             raise MalformedUpdate(f"missing fields: {sorted(missing)}")
         unknown = set(data) - _FIELDS
@@ -200,6 +223,7 @@ class AvailabilityUpdate:
         service, available = data["service"], data["available"]
         expires_at, version = data["expires_at"], data["version"]
         signature = data.get("signature", "")
+        instance = data.get("instance", "")
         if not isinstance(service, str) or not isinstance(available, bool):
             raise MalformedUpdate("service must be a string and available a boolean")
         if isinstance(version, bool) or not isinstance(version, int):
@@ -214,6 +238,8 @@ class AvailabilityUpdate:
             raise MalformedUpdate("expires_at must be a finite number")
         if not isinstance(signature, str):
             raise MalformedUpdate("signature must be a string")
+        if not isinstance(instance, str):
+            raise MalformedUpdate("instance must be a string")
         if not _utf8(service):
             raise MalformedUpdate("service must be valid UTF-8 text")
         update = cls(
@@ -224,6 +250,7 @@ class AvailabilityUpdate:
             expires_at=_ms(float(expires_at)),
             version=version,
             signature=signature,
+            instance=instance,
         )
         problem = update.problem()
         if problem is not None:
@@ -272,7 +299,8 @@ def _ms(t: float) -> float:
 
 def canonical_bytes(update: AvailabilityUpdate) -> bytes:
     """The bytes the HMAC covers: the wire form without `signature`, sorted keys, no spaces,
-    UTF-8, with `expires_at` as integer milliseconds so any language reproduces it exactly."""
+    UTF-8, with `expires_at` as integer milliseconds so any language reproduces it exactly.
+    `instance` is covered when present (nobody can move a replica's report to another)."""
     body = update.to_dict()
     del body["signature"]
     body["expires_at"] = round(update.expires_at * 1000)

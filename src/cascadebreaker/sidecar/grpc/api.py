@@ -193,17 +193,22 @@ class SidecarService:
         # An OPEN breaker whose wait is over admits the next call as a probe: callable.
         blocked = state is State.OPEN and wait > 0
         chain: CauseChain = ()
+        fraction, live = 1.0, 0
         view = self.availability
         if view is not None:
             unavailable = view.check(target)
             if unavailable is not None:
                 chain = unavailable.cause_chain
                 wait = max(wait if blocked else 0.0, unavailable.expires_at - self._wall())
+            share = view.instances(target)
+            fraction, live = share.fraction, share.live
         return pb.CheckResponse(
             available=not blocked and not chain,
             circuit_state=circuit_state(state),
             retry_after_ms=retry_after_ms(wait) if blocked or chain else 0,
             cause_chain=cause_chain_to_proto(chain),
+            available_fraction=fraction,
+            live_instances=live,
         )
 
     async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:

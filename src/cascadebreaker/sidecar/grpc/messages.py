@@ -174,6 +174,7 @@ def update_to_proto(update: AvailabilityUpdate) -> Any:
         expires_at_unix_ms=round(update.expires_at * 1000),
         version=update.version,
         signature=bytes.fromhex(update.signature) if update.signature else b"",
+        instance=update.instance,
     )
 
 
@@ -195,6 +196,7 @@ def update_from_proto(message: Any) -> AvailabilityUpdate:
         expires_at=message.expires_at_unix_ms / 1000,
         version=message.version,
         signature=message.signature.hex(),
+        instance=message.instance,
     )
 
 

@@ -5,6 +5,8 @@
     GET /availability?upstream=payment                            the whole upstream
 
 An orchestrator asks before the first step of a saga and refuses it when the answer is no.
+`availableFraction` and `liveInstances` say how many replicas of the target can serve it: an
+endpoint some (not all) live instances report unavailable is available, partially.
 """
 
 from __future__ import annotations
@@ -56,9 +58,12 @@ def availability_route(node: CascadeNode) -> Callable[[str], tuple[int, dict[str
             if breaker is not None and breaker.state is State.OPEN and breaker.retry_after > 0:
                 chain = (Cause(Endpoint.service_wide(upstream), "circuit open"),)
                 wait = breaker.retry_after
+        share = node.instances(endpoint)
         return 200, {
             "endpoint": str(endpoint),
             "available": not chain,
+            "availableFraction": round(share.fraction, 4),
+            "liveInstances": share.live,
             "causeChain": chain_to_list(chain),
             "retryAfter": round(wait, 3),
         }
@@ -108,9 +113,17 @@ class CascadeCollector:
             "ccb_cascade_unavailable_endpoints", "Endpoints known unavailable now"
         )
         gauges.add_metric([], len(node.table.unavailable()))
+        fraction = GaugeMetricFamily(
+            "ccb_cascade_available_fraction",
+            "Of a target endpoint's live instances, the fraction not reporting it unavailable "
+            "(only endpoints some live instance reports unavailable)",
+            labels=["endpoint"],
+        )
+        for row in node.table.instance_view():
+            fraction.add_metric([row["endpoint"]], row["available_fraction"])
         edges = GaugeMetricFamily("ccb_cascade_edges", "Edges in the dependency graph")
         edges.add_metric([], len(node.graph))
         peers = GaugeMetricFamily("ccb_cascade_peers", "Watch streams", labels=["side"])
         peers.add_metric(["subscribed"], len(node.peers.peers))
         peers.add_metric(["subscribers"], node.hub.subscribers)
-        yield from (sent, received, accepted, rejected, refused, gauges, edges, peers)
+        yield from (sent, received, accepted, rejected, refused, gauges, fraction, edges, peers)

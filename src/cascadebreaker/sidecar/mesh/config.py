@@ -26,6 +26,10 @@ cascade:
     trickle_interval: 1.0    # one request per interval through an endpoint held unavailable
                              #   over a learned, required edge (0: never)
     success_statuses: ["2xx", "3xx"]   # what counts as our endpoint answering success
+  instance: shipping-7d9f-x2 # this replica's name in updates; else POD_NAME, HOSTNAME, host:port
+  quorum: 1.0                # fraction of an upstream endpoint's live instances that must
+                             # report it unavailable before it is refused (1.0: every one)
+  presence_interval: 10      # seconds between presence messages on our Watch streams
 """
 
 from __future__ import annotations
@@ -134,6 +138,10 @@ class CascadeConfig(_Strict):
     # How far a peer's clock may run ahead: bounds update versions and hop token ages.
     max_clock_skew: float = Field(default=60.0, gt=0)
     optionality: OptionalityConfig = OptionalityConfig()
+    instance: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:\[\]-]{1,253}$")
+    quorum: float = Field(default=1.0, gt=0, le=1)
+    # Dependents count us live for presence_interval * 3 after each presence message.
+    presence_interval: float = Field(default=10.0, gt=0)
 
     @field_validator("advertise")
     @classmethod

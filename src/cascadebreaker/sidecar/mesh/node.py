@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -32,6 +33,7 @@ from cascadebreaker.cascade import (
     Verdict,
     load_secret,
 )
+from cascadebreaker.cascade.instances import InstanceCount, resolve_instance
 from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.mesh.bus import UpdateBus
@@ -66,6 +68,8 @@ class CascadeNode:
         self._loop_thread = threading.get_ident()
         self.secret = load_secret(config.secret)
         self.graph = DependencyGraph(time.monotonic, edge_ttl=config.edge_ttl)
+        self.advertise = self._advertised_address()
+        self.instance = resolve_instance(config.instance, dict(os.environ), self._host_port())
         self.table = AvailabilityTable(
             self.service,
             self.graph,
@@ -74,6 +78,8 @@ class CascadeNode:
             secret=self.secret,
             max_ttl=config.max_ttl,
             max_skew=config.max_clock_skew,
+            instance=self.instance,
+            quorum=config.quorum,
         )
         self.templates = RouteTemplates(config.templates)
         learned = config.optionality
@@ -99,7 +105,7 @@ class CascadeNode:
         )
         loopback_only = self.secret is None
         tls = installed_tls(runtime)  # peers' Watch streams dial TLS when it is configured
-        self.hub = WatchHub(self.table.current, loopback_only=loopback_only)
+        self.hub = WatchHub(self._current, loopback_only=loopback_only)
         self.peers = PeerWatchers(
             self.service,
             self._from_peer,
@@ -109,7 +115,6 @@ class CascadeNode:
             open_channel=tls.secure_channel if tls is not None else None,
         )
         self.peer_of: dict[str, set[str]] = {}  # upstream -> gRPC addresses of its sidecars
-        self.advertise = self._advertised_address()
         self.redis: RedisBus | None = None
         self.buses: list[UpdateBus] = [self.hub]  # every transport our updates go out on
         self.stats: Counter[str] = Counter()
@@ -134,6 +139,14 @@ class CascadeNode:
         if host in ("0.0.0.0", "::", ""):
             return None  # not an address a peer can dial; set cascade.advertise
         return f"{host}:{grpc_listen.port}".encode()
+
+    def _host_port(self) -> str:
+        """This sidecar's address, the instance name of last resort."""
+        if self.advertise is not None:
+            return self.advertise.decode()
+        listen = self.runtime.config.listen
+        where = listen.inbound or listen.grpc or listen.admin
+        return f"{where.host}:{where.port}" if where is not None else f"pid-{os.getpid()}"
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -207,7 +220,10 @@ class CascadeNode:
 
     def _from_redis(self, update: AvailabilityUpdate) -> None:
         if update.service == self.service:
-            return  # our replicas' own endpoints: each derives them from its breakers
+            # A sibling replica's own endpoint: each derives its own from its breakers, but
+            # answers when it can serve what the sibling cannot (dependents count it live).
+            self.send(self.table.sibling_reported(update))
+            return
         self.stats["received_redis"] += 1
         self._receive(update)
 
@@ -292,11 +308,23 @@ class CascadeNode:
         """Count one call refused early."""
         self.stats[f"refused_{direction}"] += 1
 
+    def _current(self, since_version: int) -> list[AvailabilityUpdate]:
+        """What a new Watch subscriber hears first: our presence, then our endpoints' state."""
+        return [self._presence(), *self.table.current(since_version)]
+
+    def _presence(self) -> AvailabilityUpdate:
+        return self.table.presence(self.config.presence_interval * 3)
+
     async def _housekeeping(self) -> None:
-        last_sweep = time.monotonic()
+        last_sweep = last_presence = time.monotonic()
         while True:
             await asyncio.sleep(_HOUSEKEEPING)
             self.table.expire()
+            self.send(self.table.expire_instances())
+            if time.monotonic() - last_presence >= self.config.presence_interval:
+                last_presence = time.monotonic()
+                if self.hub.subscribers:  # presence is for our Watch subscribers only
+                    self.hub.publish((self._presence(),))
             if time.monotonic() - last_sweep >= _EDGE_SWEEP:
                 last_sweep = time.monotonic()
                 self.send(self.table.expire_edges())
@@ -347,6 +375,10 @@ class CascadeNode:
         """Why `endpoint` (ours or a target) is unavailable now, or None."""
         return self.table.check(endpoint)
 
+    def instances(self, endpoint: Endpoint) -> InstanceCount:
+        """The live instances of a target endpoint and how many report it unavailable."""
+        return self.table.instances(endpoint)
+
     def status(self) -> dict[str, Any]:
         """The `cascade` section of /status: graph, unavailable endpoints, peers, counters."""
         snapshot = self.table.snapshot()
@@ -354,7 +386,12 @@ class CascadeNode:
             "secret": self.secret is not None,
             "learning": self.config.learning,
             "advertise": self.advertise.decode() if self.advertise else None,
+            "instance": self.instance,
+            "quorum": self.config.quorum,
             "unavailable": snapshot["unavailable"],
+            # Target endpoints some live instance reports unavailable (partially when
+            # available_fraction > 0).
+            "instances": snapshot["instances"],
             "edges": self.edges(),
             "peers": {upstream: sorted(addresses) for upstream, addresses in self.peer_of.items()},
             "watching": self.peers.peers,  # Watch subscriptions held (or reconnecting)

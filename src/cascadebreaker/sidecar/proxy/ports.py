@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdminRoute",
     "AvailabilityView",
+    "InstanceShare",
     "Plugin",
     "PluginHost",
     "RefusalTrust",
@@ -53,11 +54,29 @@ class Unavailable(Protocol):
         ...
 
 
+class InstanceShare(Protocol):
+    """How many live instances serve an endpoint and the fraction that can (`InstanceCount`)."""
+
+    @property
+    def live(self) -> int:
+        """Live instances known (0: nothing known)."""
+        ...
+
+    @property
+    def fraction(self) -> float:
+        """Available fraction of the live instances (1.0 when none is known)."""
+        ...
+
+
 class AvailabilityView(Protocol):
     """The cascade's view of target endpoints (`AvailabilityTable` fits)."""
 
     def check(self, endpoint: Endpoint) -> Unavailable | None:
         """None when `endpoint` is available now."""
+        ...
+
+    def instances(self, endpoint: Endpoint) -> InstanceShare:
+        """The live instances of `endpoint` and the available fraction of them."""
         ...
 
 

@@ -87,16 +87,20 @@ class CheckRequest(_message.Message):
     def __init__(self, upstream: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("available", "circuit_state", "retry_after_ms", "cause_chain")
+    __slots__ = ("available", "circuit_state", "retry_after_ms", "cause_chain", "available_fraction", "live_instances")
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     CIRCUIT_STATE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     CAUSE_CHAIN_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    LIVE_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     available: bool
     circuit_state: CircuitState
     retry_after_ms: int
     cause_chain: _containers.RepeatedCompositeFieldContainer[Cause]
-    def __init__(self, available: _Optional[bool] = ..., circuit_state: _Optional[_Union[CircuitState, str]] = ..., retry_after_ms: _Optional[int] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ...) -> None: ...
+    available_fraction: float
+    live_instances: int
+    def __init__(self, available: _Optional[bool] = ..., circuit_state: _Optional[_Union[CircuitState, str]] = ..., retry_after_ms: _Optional[int] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., available_fraction: _Optional[float] = ..., live_instances: _Optional[int] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("subscriber_service", "endpoints", "since_version")
@@ -109,7 +113,7 @@ class WatchRequest(_message.Message):
     def __init__(self, subscriber_service: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ..., since_version: _Optional[int] = ...) -> None: ...
 
 class AvailabilityUpdate(_message.Message):
-    __slots__ = ("service", "endpoint", "available", "cause_chain", "expires_at_unix_ms", "version", "signature")
+    __slots__ = ("service", "endpoint", "available", "cause_chain", "expires_at_unix_ms", "version", "signature", "instance")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +121,7 @@ class AvailabilityUpdate(_message.Message):
     EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     service: str
     endpoint: str
     available: bool
@@ -124,4 +129,5 @@ class AvailabilityUpdate(_message.Message):
     expires_at_unix_ms: int
     version: int
     signature: bytes
-    def __init__(self, service: _Optional[str] = ..., endpoint: _Optional[str] = ..., available: _Optional[bool] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., expires_at_unix_ms: _Optional[int] = ..., version: _Optional[int] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    instance: str
+    def __init__(self, service: _Optional[str] = ..., endpoint: _Optional[str] = ..., available: _Optional[bool] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., expires_at_unix_ms: _Optional[int] = ..., version: _Optional[int] = ..., signature: _Optional[bytes] = ..., instance: _Optional[str] = ...) -> None: ...
