@@ -88,6 +88,16 @@ def test_failure_statuses_may_name_4xx() -> None:
             {"upstreams": {"p": {"url": "http://h:1", "retries": {"attempts": 2, "tries": 1}}}},
             "upstreams.p.retries.tries: unknown key",
         ),
+        (
+            {"upstreams": {"p": {"urls": ["http://h:1", "ftp://h:2"]}}},
+            "upstreams.p.urls: item 1 must be an http:// URL",
+        ),
+        ({"upstreams": {"p": {"urls": ["http://h:1", "http://h:1"]}}}, "upstreams.p.urls"),
+        (
+            {"upstreams": {"p": {"url": "http://h:3", "urls": ["http://h:1"]}}},
+            "upstreams.p: give url or urls, not both",
+        ),
+        ({"upstreams": {"p": {"urls": []}}}, "upstreams.p.url"),
     ],
 )
 def test_invalid_config_names_the_key(patch: dict[str, Any], message: str) -> None:
@@ -95,6 +105,17 @@ def test_invalid_config_names_the_key(patch: dict[str, Any], message: str) -> No
         parse_config({**MINIMAL, **patch})
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_urls_list_every_instance_of_an_upstream() -> None:
+    config = parse_config(
+        {**MINIMAL, "upstreams": {"p": {"urls": ["http://h:1", "http://h:2/base"]}}}
+    )
+    upstream = config.upstreams["p"]
+    assert upstream.url == "http://h:1"
+    assert upstream.instance_urls() == ("http://h:1", "http://h:2/base")
+    single = parse_config({**MINIMAL, "upstreams": {"p": {"url": "http://h:1"}}})
+    assert single.upstreams["p"].instance_urls() == ("http://h:1",)
 
 
 def test_not_a_mapping_is_an_error(tmp_path: Path) -> None:

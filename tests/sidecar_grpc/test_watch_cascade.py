@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -188,6 +189,30 @@ async def test_check_reports_the_cascade_cause_chain(upstream_server: str) -> No
     ]
     assert other.available
     assert list(other.cause_chain) == []
+
+
+async def test_check_reports_the_available_fraction_of_replicas(upstream_server: str) -> None:
+    """One of two payment replicas reports the endpoint unavailable: Check says available,
+    with half of the live instances able to serve it; nothing known means a fraction of 1."""
+    table = AvailabilityTable(
+        "checkout", DependencyGraph(time.monotonic), clock=time.monotonic, wall_clock=time.time
+    )
+    sick = replace(_unavailable_charges(version=1), instance="payment-1")
+    healthy = AvailabilityUpdate(
+        "payment", sick.endpoint, True, (), time.time() + 30, 1, instance="payment-2"
+    )
+    assert table.receive(sick).verdict is Verdict.ACCEPTED
+    assert table.receive(healthy).verdict is Verdict.ACCEPTED
+    server, channel, stub, runtime = await _serve(upstream_server, availability=table)
+    try:
+        partial = await stub.Check(pb.CheckRequest(upstream="payment", endpoint="POST /v1/charges"))
+        unknown = await stub.Check(pb.CheckRequest(upstream="payment", endpoint="GET /v1/charges"))
+    finally:
+        await _close(server, channel, runtime)
+    assert partial.available
+    assert (partial.available_fraction, partial.live_instances) == (0.5, 2)
+    assert list(partial.cause_chain) == []
+    assert (unknown.available, unknown.available_fraction, unknown.live_instances) == (True, 1.0, 0)
 
 
 async def test_real_cascade_refuses_a_doomed_call(grpc_sidecar: GrpcSidecar) -> None:

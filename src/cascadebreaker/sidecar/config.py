@@ -173,9 +173,15 @@ class RetryConfig(_Strict):
 
 
 class UpstreamConfig(_Strict):
-    """One upstream the app may call through the outbound listener."""
+    """One upstream the app may call through the outbound listener.
+
+    `urls` lists the instances (replicas) of the upstream when the caller's sidecar picks
+    them itself: calls go round robin and a retry goes to the next instance. `url` alone is
+    one address (a single instance, or a Service VIP that picks for us: then a retry may land
+    on the same sick replica)."""
 
     url: str
+    urls: tuple[str, ...] = ()
     timeout: float = Field(default=10.0, gt=0)
     connect_timeout: float | None = Field(default=None, gt=0)
     breaker: BreakerConfig = BreakerConfig()
@@ -185,6 +191,37 @@ class UpstreamConfig(_Strict):
     max_idle_connections: int = Field(default=64, ge=0)
     # Host header sent upstream; default is the authority of `url`.
     host_header: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _first_url(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "urls" in data and "url" not in data:
+            urls = data["urls"]
+            if isinstance(urls, list | tuple) and urls:
+                return {**data, "url": urls[0]}
+        return data
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, url in enumerate(value):
+            try:
+                cls._url(url)
+            except ValueError as exc:
+                raise ValueError(f"item {i} {exc}") from None
+        if len(set(value)) != len(value):
+            raise ValueError("lists an instance twice")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> UpstreamConfig:
+        if self.urls and self.url not in self.urls:
+            raise ValueError("give url or urls, not both")
+        return self
+
+    def instance_urls(self) -> tuple[str, ...]:
+        """The URL of every instance the sidecar calls (one when only `url` is set)."""
+        return self.urls or (self.url,)
 
     @field_validator("url")
     @classmethod

@@ -86,7 +86,8 @@ async def call_upstream(
 
 async def _send(call: Call, body: bytes, read_timeout: float | None) -> RawResponse:
     route = call.route
-    target = route.target
+    pool = route.pool_for(call.turn, call.attempt)
+    target = pool.target
     headers = call.headers
     if call.info is not None and call.info.add_headers:
         headers = [*headers, *call.info.add_headers]
@@ -98,4 +99,4 @@ async def _send(call: Call, body: bytes, read_timeout: float | None) -> RawRespo
         whole_body_framing(call.method, len(body)),
     )
     wait = read_timeout if read_timeout is not None else route.timeout
-    return await fetch_raw(route.pool, head, body, wait, call.method == b"HEAD")
+    return await fetch_raw(pool, head, body, wait, call.method == b"HEAD")

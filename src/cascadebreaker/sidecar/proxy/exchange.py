@@ -31,7 +31,7 @@ from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, REPLAY, RETRY, AdmitLater
 from cascadebreaker.sidecar.proxy.replies import FixedExchange, upstream_error_reply
 from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
-from cascadebreaker.sidecar.upstream.model import UpstreamError
+from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamTarget
 
 if TYPE_CHECKING:
     from cascadebreaker import Permit
@@ -56,6 +56,7 @@ class ProxyExchange(FixedExchange):
 
     __slots__ = (
         "_head",
+        "_head_target",
         "_out",
         "_pending",
         "_pending_size",
@@ -97,6 +98,7 @@ class ProxyExchange(FixedExchange):
         self.info: RequestInfo | None = None
         self.permit: Permit | None = None
         self.attempt = 0
+        self.turn = 0
         self.started_at = 0.0
         self.closed = False
         self.upstream: UpstreamConnection | None = None
@@ -104,6 +106,7 @@ class ProxyExchange(FixedExchange):
         self.chunked_out = False
         self.keep_alive = request.keep_alive
         self._head = b""
+        self._head_target: UpstreamTarget | None = None
         self._out = b""
         self._pending: list[bytes] | None = []
         self._pending_size = 0
@@ -293,14 +296,17 @@ class ProxyExchange(FixedExchange):
             self.upstream = None
 
     def _dispatch(self) -> None:
-        conn = self.route.pool.acquire_nowait()
+        pool = self.route.pool_for(self.turn, self.attempt)
+        if self._head and pool.target is not self._head_target:
+            self._head = b""  # another instance: its own authority and base path
+        conn = pool.acquire_nowait()
         if conn is None:
             self._connect_new()
         else:
             self._send(conn)
 
     def _connect_new(self) -> None:
-        pool = self.route.pool
+        pool = self.route.pool_for(self.turn, self.attempt)
         task = pool.loop.create_task(pool.connect())
         task.add_done_callback(self._connected)
 
@@ -311,7 +317,7 @@ class ProxyExchange(FixedExchange):
         if error is None:
             conn = task.result()
             if self.finished:
-                self.route.pool.release(conn)  # the client left meanwhile; keep it
+                conn.pool.release(conn)  # the client left meanwhile; keep it
             else:
                 self._send(conn)
         elif isinstance(error, UpstreamError):
@@ -321,7 +327,8 @@ class ProxyExchange(FixedExchange):
 
     def _send(self, upstream: UpstreamConnection) -> None:
         if not self._head:
-            self._head = self._build_head()
+            self._head_target = upstream.pool.target
+            self._head = self._build_head(upstream.pool.target)
         self.upstream = upstream
         pending = self._pending
         body = b""
@@ -351,9 +358,8 @@ class ProxyExchange(FixedExchange):
         if self._pending_size > _PENDING_LIMIT:
             self.conn.pause_reading(_BACKPRESSURE)
 
-    def _build_head(self) -> bytes:
+    def _build_head(self, target: UpstreamTarget) -> bytes:
         request = self.request
-        target = self.route.target
         headers = [*request.headers, (b"via", self.runtime.via)]
         host = target.authority
         if self.direction is Direction.INBOUND:

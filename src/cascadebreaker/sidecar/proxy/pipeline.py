@@ -84,6 +84,7 @@ class CallState(Protocol):
     info: RequestInfo | None  # built only when hooks are registered
     permit: Permit | None
     attempt: int
+    turn: int  # where round robin over the route's instances started this call
     started_at: float
     closed: bool  # answered, refused or abandoned: nothing more to record
 
@@ -102,6 +103,7 @@ CALL_SLOTS = (
     "resendable",
     "route",
     "started_at",
+    "turn",
 )
 
 
@@ -132,6 +134,7 @@ class Call:
         self.info: RequestInfo | None = None
         self.permit: Permit | None = None
         self.attempt = 0
+        self.turn = 0
         self.started_at = 0.0
         self.closed = False
 
@@ -167,6 +170,7 @@ class CallPipeline:
             reroute = info.reroute
             if reroute is not None and reroute in runtime.routes:
                 call.route = runtime.routes[reroute]  # the primary's alternative
+        call.turn = call.route.next_turn()
         if call.route.retry_attempts:
             call.route.budget.deposit()
         return self._admit(call)

@@ -49,12 +49,14 @@ class Route:
     """One upstream as the proxy sees it."""
 
     __slots__ = (
+        "_turn",
         "breaker",
         "budget",
         "endpoints",
         "failure_table",
         "name",
         "pool",
+        "pools",
         "retry_attempts",
         "retry_statuses",
         "shared_store",
@@ -71,9 +73,12 @@ class Route:
         failure_table: tuple[bool, ...],
         timeout: float,
         retries: RetryConfig | None = None,
+        more_pools: tuple[UpstreamPool, ...] = (),
     ) -> None:
         self.name = name
-        self.pool = pool
+        self.pool = pool  # the first instance
+        self.pools = (pool, *more_pools)  # every instance of the upstream (`urls:`)
+        self._turn = 0
         self.target = pool.target
         self.breaker = breaker
         # Per-endpoint breakers (`breaker.scope: endpoint`), else None: `breaker` guards all.
@@ -90,10 +95,29 @@ class Route:
 
     @classmethod
     def from_config(
-        cls, name: str, config: UpstreamConfig, pool: UpstreamPool, breaker: CircuitBreaker | None
+        cls,
+        name: str,
+        config: UpstreamConfig,
+        pool: UpstreamPool,
+        breaker: CircuitBreaker | None,
+        more_pools: tuple[UpstreamPool, ...] = (),
     ) -> Route:
-        """Build from an `upstreams.<name>` section."""
-        return cls(name, pool, breaker, config.failure_table(), config.timeout, config.retries)
+        """Build from an `upstreams.<name>` section (`more_pools`: its other instances)."""
+        return cls(
+            name, pool, breaker, config.failure_table(), config.timeout, config.retries, more_pools
+        )
+
+    def next_turn(self) -> int:
+        """Round robin over the instances: where a new call starts."""
+        if len(self.pools) == 1:
+            return 0
+        self._turn += 1
+        return self._turn
+
+    def pool_for(self, turn: int, attempt: int) -> UpstreamPool:
+        """The instance of one attempt: each retry (or replay) moves to the next instance."""
+        pools = self.pools
+        return pools[0] if len(pools) == 1 else pools[(turn + attempt) % len(pools)]
 
     def breaker_for(self, method: bytes, path: bytes) -> CircuitBreaker | None:
         """The breaker that guards a call: the endpoint's with `scope: endpoint`."""

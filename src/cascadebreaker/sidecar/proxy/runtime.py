@@ -44,10 +44,10 @@ def build_store(url: str, namespace: str, quorum: QuorumConfig | None = None) ->
     return RedisStore.from_url(url, namespace=namespace, quorum=fleet)
 
 
-def _target(name: str, config: UpstreamConfig) -> UpstreamTarget:
+def _target(name: str, config: UpstreamConfig, url: str | None = None) -> UpstreamTarget:
     return UpstreamTarget.from_url(
         name,
-        config.url,
+        url or config.url,
         timeout=config.timeout,
         connect_timeout=config.connect_timeout,
         max_idle=config.max_idle_connections,
@@ -77,7 +77,10 @@ class SidecarRuntime:
         self.routes: dict[str, Route] = {}
         for name, up in config.upstreams.items():
             breaker = self._breaker(name, up)
-            route = self.routes[name] = Route.from_config(name, up, self.client.pool(name), breaker)
+            more = tuple(UpstreamPool(_target(name, up, u), self.loop) for u in up.urls[1:])
+            route = self.routes[name] = Route.from_config(
+                name, up, self.client.pool(name), breaker, more
+            )
             route.shared_store = config.store != "memory"
             if up.breaker.scope == "endpoint":
                 route.endpoints = EndpointBreakers(
@@ -194,6 +197,9 @@ class SidecarRuntime:
         for plugin in self.plugins.values():
             plugin.close()
         self.client.close()
+        for route in self.routes.values():
+            for pool in route.pools[1:]:  # the client closed each route's first pool
+                pool.close()
         if self.app_route is not None:
             self.app_route.pool.close()
         self.store.close()  # flushes queued outcomes of a shared store
