@@ -87,9 +87,9 @@ def fleet(
         {
             "B": {
                 "urls": [b1.url("inbound"), b2.url("inbound")],
-                # B1's refusals must not open A's breaker for all of B: the cascade decides.
-                "breaker": {"failure_threshold": 1000, "recovery_timeout": 1},
-                "retries": {"attempts": 1, "budget": {"ratio": 1.0, "min_per_second": 100}},
+                # No retries configured: a call B1's sidecar refuses (503 naming a cause, B1's
+                # app never saw it) goes to B2 all the same, and is no failure of B's.
+                "breaker": {"failure_threshold": 3, "recovery_timeout": 30},
             }
         },
         cascade=cascade("a-1"),
@@ -128,11 +128,14 @@ def test_one_sick_replica_refuses_nothing_and_a_fleet_wide_outage_refuses_at_onc
     assert row == {"endpoint": "B GET /b", "live": 2, "unavailable": 1, "available_fraction": 0.5}
     assert _gauge(a, "ccb_cascade_available_fraction", "B GET /b") == 0.5
     refused = a.refused_early()
-    # Dependents keep calling: every order served by B2 (B1 refuses; A retries on B2).
+    # Dependents keep calling: every call served by B2 (B1's sidecar refuses; A's sends it on).
     for _ in range(10):
         response = get(a.url("inbound") + "/a")
         assert response.status_code == 200, response.text
     assert a.refused_early() == refused
+    calls = a.status()["breakers"]["B"]["calls"]
+    assert calls["instance_refused"] >= 4
+    assert a.status()["breakers"]["B"]["state"] == "closed"
     assert a.available("GET /a")
     if fleet.bus == "redis":
         assert b2.cascade()["updates"]["sent"] >= 1  # B2's answer, naming itself

@@ -230,6 +230,7 @@ def test_results_check_names_what_is_missing() -> None:
         "faults": {f: {m: dict(case) for m in MODE_NAMES} for f in FAULT_NAMES},
         "overhead": {"added": [{"rate": 10.0}]},
     }
+    complete["faults"]["replicas_courier_down"]["plain"]["compensations"] = 100
     assert problems(complete) == []
 
     del complete["faults"]["gateway_slow"]["cascade"]["recovery_s"]
@@ -242,6 +243,28 @@ def test_results_check_names_what_is_missing() -> None:
         "overhead section missing (needs direct and sidecar runs)",
     ]
     assert problems({}) == ["no 'faults' section"]
+
+
+def test_results_check_holds_the_cascade_to_its_promises_with_replicas() -> None:
+    from cascadebreaker.demo.report import REPLICA_MODES, REQUIRED_CASE_FIELDS, problems
+
+    case = dict.fromkeys(REQUIRED_CASE_FIELDS, 1) | {"early_refusals_while_healthy": 0}
+    faults = {
+        f: {m: dict(case) for m in REPLICA_MODES}
+        for f in ("replica_route", "replicas_courier_down")
+    }
+    faults["replica_route"]["cascade"]["outcome_refused"] = 4
+    faults["replicas_courier_down"]["plain"]["compensations"] = 100
+    faults["replicas_courier_down"]["cascade"]["compensations"] = 6
+    faults["replicas_courier_down"]["cascade"]["time_to_first_early_refusal_s"] = None
+    found = [p for p in problems({"faults": faults}) if "replica" in p]
+    assert found == [
+        "faults.replica_route.cascade: 4 orders refused at the entry although two shipping "
+        "replicas could serve them",
+        "faults.replicas_courier_down.cascade: 6 compensations, more than 5% of plain's 100",
+        "faults.replicas_courier_down.cascade: never refused at the entry",
+    ]
+    assert "faults.replica_route.none missing" not in problems({"faults": faults})
 
 
 @pytest.mark.parametrize(
@@ -261,3 +284,31 @@ def test_demo_rejects_non_positive_settings(flag: str, capsys: pytest.CaptureFix
 
     assert main(["demo", "--mode", "direct", flag, "0"]) == 2
     assert "must be > 0" in capsys.readouterr().err
+
+
+def test_replicas_get_their_own_ports_sidecars_and_instance_names(tmp_path: Path) -> None:
+    topology = Topology.allocate("sidecar", replicas={"shipping": 3})
+    replicas = topology.replicas("shipping")
+    assert [r.name for r in replicas] == ["shipping", "shipping.2", "shipping.3"]
+    assert {r.service for r in replicas} == {"shipping"}
+    assert all(r.sidecar is not None for r in replicas)
+    assert topology.replica_counts == {"shipping": 3}
+    order = sidecar_config(topology, "order")
+    assert order["upstreams"]["shipping"]["urls"] == [r.ingress_url for r in replicas]
+    assert "url" not in order["upstreams"]["shipping"]
+    assert order["upstreams"]["payment"]["url"] == topology.service("payment").ingress_url
+    third = sidecar_config(topology, "shipping.3")
+    assert third["service"] == "shipping"
+    assert third["cascade"] == {"instance": "shipping.3"}
+    again = Topology.from_json(json.loads(json.dumps(topology.to_json())))
+    assert again == topology
+    plain = Topology.allocate("plain", replicas={"shipping": 2})
+    assert plain.upstream_base_urls("order", "shipping") == [
+        r.app_url for r in plain.replicas("shipping")
+    ]
+
+
+@pytest.mark.parametrize("bad", [{"courier": 2}, {"gateway": 2}, {"shipping": 0}, {"nope": 2}])
+def test_replicas_of_an_unknown_or_external_service_are_refused(bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="replicas"):
+        Topology.allocate("sidecar", replicas=bad)

@@ -54,6 +54,13 @@ def register(subparsers: Any) -> None:
     demo.add_argument(
         "--recovery-timeout", type=float, default=3.0, help="breakers' recovery timeout, seconds"
     )
+    demo.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="replicas of shipping, each with its own sidecar (break one route with "
+        "`ccb fault inject courier --mode down --caller shipping.2`)",
+    )
     demo.set_defaults(handler=run_demo)
     demo_sub = demo.add_subparsers(dest="demo_command", metavar="SCENARIO")
     workerpool = demo_sub.add_parser(
@@ -92,6 +99,9 @@ def register(subparsers: Any) -> None:
     inject.add_argument("--mode", required=True, metavar="down|slow[=DELAY]|errors[=RATE]")
     inject.add_argument("--rate", type=float, default=None, help="share of requests affected")
     inject.add_argument("--delay", type=float, default=None, help="seconds, for slow")
+    inject.add_argument(
+        "--caller", default=None, help="only calls from this replica (e.g. shipping.2)"
+    )
     inject.set_defaults(handler=run_fault_inject)
     clear = fault_sub.add_parser("clear", help="clear the fault of one upstream (default: all)")
     clear.add_argument("service", nargs="?", choices=sorted(EXTERNAL))
@@ -117,6 +127,9 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.rate <= 0 or args.recovery_timeout <= 0:
         print("ccb demo: --seconds, --rate and --recovery-timeout must be > 0", file=sys.stderr)
         return 2
+    if not 1 <= args.replicas <= 16:
+        print("ccb demo: --replicas must be between 1 and 16", file=sys.stderr)
+        return 2
     try:
         claim_state()
     except DemoAlreadyRunning as exc:
@@ -124,7 +137,8 @@ def run_demo(args: argparse.Namespace) -> int:
         return 1
     mode = Mode(args.mode) if args.mode else default_mode()
     timings = Timings(call_timeout=2.0, failure_threshold=5, recovery_timeout=args.recovery_timeout)
-    system = DemoSystem.create(mode, timings)
+    replicas = {"shipping": args.replicas} if args.replicas > 1 else None
+    system = DemoSystem.create(mode, timings, replicas=replicas)
     sigterm_as_interrupt()
     try:
         with console.status(f"starting {len(system.topology.services)} services ({mode.value})"):
@@ -312,6 +326,8 @@ def run_fault_inject(args: argparse.Namespace) -> int:
             body["rate"] = args.rate
         if args.delay is not None:
             body["delay"] = args.delay
+        if args.caller is not None:
+            body["caller"] = args.caller
         state = read_state()
         result = inject_fault(state.topology, args.service, body)
     except (ValueError, DemoNotRunning) as exc:

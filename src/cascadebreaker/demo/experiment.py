@@ -23,7 +23,15 @@ from cascadebreaker.demo.topology import Mode, Timings
 
 # Experiment mode name -> how the demo runs it.
 MODES: dict[str, Mode] = {"none": Mode.DIRECT, "plain": Mode.PLAIN, "cascade": Mode.SIDECAR}
-FAULTS = ("courier_down", "gateway_slow", "intermittent")
+FAULTS = ("courier_down", "gateway_slow", "intermittent", "replica_route", "replicas_courier_down")
+# Faults run with replicas: one shipping replica of three losing its route to the courier (the
+# cascade must refuse no order another replica can serve), and the courier down for all three
+# (the cascade must still refuse at the entry).
+FAULT_REPLICAS: dict[str, dict[str, int]] = {
+    "replica_route": {"shipping": 3},
+    "replicas_courier_down": {"shipping": 3},
+}
+SICK_REPLICA = "shipping.3"  # whose route to the courier `replica_route` breaks
 
 # Remote calls a successful order causes, counted where they arrive: order, inventory,
 # payment, shipping, payment-gateway, courier (one request each).
@@ -58,8 +66,10 @@ class ExperimentSettings:
 
 def fault_body(fault: str, timings: Timings) -> tuple[str, dict[str, Any]]:
     """The upstream and the `/_fault` body of a named fault."""
-    if fault == "courier_down":
+    if fault in ("courier_down", "replicas_courier_down"):
         return "courier", {"mode": "down"}
+    if fault == "replica_route":
+        return "courier", {"mode": "down", "caller": SICK_REPLICA}
     if fault == "gateway_slow":
         # Slower than the payment hop's timeout: every charge times out.
         return "payment-gateway", {"mode": "slow", "delay": timings.call_timeout * 3}
@@ -188,8 +198,11 @@ def run_faults(
     results: dict[str, dict[str, Any]] = {fault: {} for fault in faults}
     for mode in modes:
         for fault in faults:
+            if fault in FAULT_REPLICAS and mode == "none":
+                continue  # the replica faults compare the cascade with plain breakers
             progress(f"{fault} / {mode}")
-            with DemoSystem.create(MODES[mode], settings.timings) as system:
+            replicas = FAULT_REPLICAS.get(fault)
+            with DemoSystem.create(MODES[mode], settings.timings, replicas=replicas) as system:
                 results[fault][mode] = asyncio.run(run_case(system, fault, settings))
     return results
 

@@ -20,7 +20,7 @@ import httpx
 
 import cascadebreaker
 from cascadebreaker.demo.sidecars import write_sidecar_config
-from cascadebreaker.demo.topology import START_ORDER, Mode, Timings, Topology
+from cascadebreaker.demo.topology import Mode, Timings, Topology
 
 _PR_SET_PDEATHSIG = 1
 
@@ -117,10 +117,14 @@ class DemoSystem:
 
     @classmethod
     def create(
-        cls, mode: Mode | str, timings: Timings | None = None, precheck: bool = True
+        cls,
+        mode: Mode | str,
+        timings: Timings | None = None,
+        precheck: bool = True,
+        replicas: dict[str, int] | None = None,
     ) -> DemoSystem:
         """A system with freshly allocated ports (not started yet)."""
-        return cls(Topology.allocate(mode, timings, precheck))
+        return cls(Topology.allocate(mode, timings, precheck, replicas))
 
     @property
     def topology_path(self) -> Path:
@@ -151,7 +155,7 @@ class DemoSystem:
     def reallocate(self) -> Topology:
         """The same system on fresh ports (after a port was taken before a child bound it)."""
         old = self.topology
-        return Topology.allocate(old.mode, old.timings, old.precheck)
+        return Topology.allocate(old.mode, old.timings, old.precheck, old.replica_counts)
 
     def _launch(self, timeout: float) -> None:
         self.topology.save(self.topology_path)
@@ -181,8 +185,7 @@ class DemoSystem:
     def build_processes(self) -> dict[str, ManagedProcess]:
         """Every process of the saga demo, upstreams first: service apps and their sidecars."""
         processes: dict[str, ManagedProcess] = {}
-        for name in START_ORDER:
-            spec = self.topology.service(name)
+        for name, spec in self.topology.services.items():  # upstreams first
             processes[name] = self.service_process(name)
             if spec.sidecar is not None and spec.admin_url is not None:
                 config = write_sidecar_config(self.topology, name, self.workdir)

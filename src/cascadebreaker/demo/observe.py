@@ -127,6 +127,9 @@ async def reset_stats(topology: Topology, client: httpx.AsyncClient) -> None:
 
 
 def total(views: dict[str, ServiceView], service: str, counter: str) -> int:
-    """One counter of one service (0 when absent)."""
-    view = views.get(service)
-    return 0 if view is None else int(view.counts.get(counter, 0))
+    """One counter of one service, summed over its replicas (0 when absent)."""
+    return sum(
+        int(view.counts.get(counter, 0))
+        for name, view in views.items()
+        if name == service or name.startswith(service + ".")
+    )

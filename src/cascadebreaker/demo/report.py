@@ -43,8 +43,23 @@ REQUIRED_CASE_FIELDS = (
     "wasted_charges",
     "time_to_first_early_refusal_s",
 )
-FAULT_NAMES = ("courier_down", "gateway_slow", "intermittent")
+FAULT_NAMES = (
+    "courier_down",
+    "gateway_slow",
+    "intermittent",
+    "replica_route",
+    "replicas_courier_down",
+)
 MODE_NAMES = ("none", "plain", "cascade")
+# Faults with three shipping replicas: they compare the cascade with plain breakers only.
+REPLICA_FAULTS = ("replica_route", "replicas_courier_down")
+REPLICA_MODES = ("plain", "cascade")
+# With three replicas and the courier down, the cascade still refuses at the entry: its
+# compensations are at most this share of plain breakers'. A quick run's fault lasts 8 s, so
+# the fixed cost of tripping each replica's breaker in turn (3 x threshold failed calls)
+# weighs five times more there: the quick bound is looser.
+MAX_COMPENSATION_SHARE = 0.05
+MAX_COMPENSATION_SHARE_QUICK = 0.25
 
 
 def problems(results: dict[str, Any]) -> list[str]:
@@ -58,7 +73,7 @@ def problems(results: dict[str, Any]) -> list[str]:
         if not isinstance(by_mode, dict):
             found.append(f"faults.{fault} missing")
             continue
-        for mode in MODE_NAMES:
+        for mode in REPLICA_MODES if fault in REPLICA_FAULTS else MODE_NAMES:
             case = by_mode.get(mode)
             if not isinstance(case, dict):
                 found.append(f"faults.{fault}.{mode} missing")
@@ -68,9 +83,37 @@ def problems(results: dict[str, Any]) -> list[str]:
             ]
             if case.get("early_refusals_while_healthy"):
                 found.append(f"faults.{fault}.{mode}: early refusals while healthy")
+    quick = bool(results.get("meta", {}).get("quick"))
+    found += _replica_claims(
+        faults, MAX_COMPENSATION_SHARE_QUICK if quick else MAX_COMPENSATION_SHARE
+    )
     overhead = results.get("overhead")
     if not isinstance(overhead, dict) or not overhead.get("added"):
         found.append("overhead section missing (needs direct and sidecar runs)")
+    return found
+
+
+def _replica_claims(faults: dict[str, Any], share: float) -> list[str]:
+    """What the cascade promises with replicas (checked when both modes ran)."""
+    found: list[str] = []
+    cascade = faults.get("replica_route", {}).get("cascade")
+    if isinstance(cascade, dict) and cascade.get("outcome_refused", 0):
+        found.append(
+            f"faults.replica_route.cascade: {cascade['outcome_refused']} orders refused at "
+            "the entry although two shipping replicas could serve them"
+        )
+    outage = faults.get("replicas_courier_down", {})
+    cascade, plain = outage.get("cascade"), outage.get("plain")
+    if isinstance(cascade, dict) and isinstance(plain, dict):
+        allowed = share * (plain.get("compensations") or 0)
+        if (cascade.get("compensations") or 0) > allowed:
+            found.append(
+                f"faults.replicas_courier_down.cascade: {cascade.get('compensations')} "
+                f"compensations, more than {share:.0%} of plain's "
+                f"{plain.get('compensations')}"
+            )
+        if cascade.get("time_to_first_early_refusal_s") is None:
+            found.append("faults.replicas_courier_down.cascade: never refused at the entry")
     return found
 
 

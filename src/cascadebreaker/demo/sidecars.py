@@ -17,7 +17,7 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
     t = topology.timings
     ports = spec.sidecar
     return {
-        "service": name,
+        "service": spec.service,
         "app": spec.app_url,
         "listen": {
             "outbound": f"{HOST}:{ports.outbound}",
@@ -27,10 +27,13 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
         },
         "store": "memory",
         "log_level": "warning",
+        # The replica's own name in its updates: dependents count the replicas apart.
+        "cascade": {"instance": name},
         "upstreams": {
             upstream: {
-                # A peer with a sidecar is reached through its inbound listener (mesh shape).
-                "url": topology.service(upstream).ingress_url,
+                # A peer with a sidecar is reached through its inbound listener (mesh shape);
+                # every replica of it is listed, the sidecar picks (round robin).
+                **_addresses([r.ingress_url for r in topology.replicas(upstream)]),
                 "timeout": topology.call_timeout(upstream),
                 "breaker": {
                     "failure_threshold": t.failure_threshold,
@@ -41,6 +44,10 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
             for upstream in spec.calls
         },
     }
+
+
+def _addresses(urls: list[str]) -> dict[str, Any]:
+    return {"url": urls[0]} if len(urls) == 1 else {"urls": urls}
 
 
 def write_sidecar_config(topology: Topology, name: str, directory: Path) -> Path:

@@ -1,4 +1,9 @@
-"""The demo's topology in one place: services, their ports on 127.0.0.1, and who calls whom."""
+"""The demo's topology in one place: services, their ports on 127.0.0.1, and who calls whom.
+
+A service may run several replicas (`replicas={"shipping": 3}`): the first keeps the service's
+name, the others are `shipping.2`, `shipping.3`, each an app with its own sidecar. Callers list
+every replica (the sidecar's `urls:`, or round robin in the app without a sidecar).
+"""
 
 from __future__ import annotations
 
@@ -84,15 +89,21 @@ class SidecarPorts:
 class ServiceSpec:
     """One service of the demo as deployed: its name, app port, sidecar and upstreams."""
 
-    name: str
+    name: str  # the replica's name: the service's for the first replica, else `service.N`
     port: int
     calls: tuple[str, ...] = ()
     sidecar: SidecarPorts | None = None
+    replica_of: str | None = None  # the service of a second, third... replica
+
+    @property
+    def service(self) -> str:
+        """The service this process serves (its replicas share it)."""
+        return self.replica_of or self.name
 
     @property
     def external(self) -> bool:
         """True for third-party upstreams (fault switches, no sidecar)."""
-        return self.name in EXTERNAL
+        return self.service in EXTERNAL
 
     @property
     def app_url(self) -> str:
@@ -126,10 +137,18 @@ class Topology:
 
     @classmethod
     def allocate(
-        cls, mode: Mode | str, timings: Timings | None = None, precheck: bool = True
+        cls,
+        mode: Mode | str,
+        timings: Timings | None = None,
+        precheck: bool = True,
+        replicas: dict[str, int] | None = None,
     ) -> Topology:
-        """Build the topology with free loopback ports for every listener."""
+        """Build the topology with free loopback ports for every listener (and replica)."""
         mode = Mode(mode)
+        replicas = replicas or {}
+        for name, count in replicas.items():
+            if name not in CALLS or name in EXTERNAL or name == "gateway" or count < 1:
+                raise ValueError(f"replicas: {name}={count} (an internal service, 1 or more)")
         taken: set[int] = set()
 
         def port() -> int:
@@ -144,7 +163,24 @@ class Topology:
             if mode is Mode.SIDECAR and name not in EXTERNAL:
                 sidecar = SidecarPorts(port(), port(), port(), port())
             services[name] = ServiceSpec(name, port(), CALLS[name], sidecar)
+            for n in range(2, replicas.get(name, 1) + 1):
+                more = None if sidecar is None else SidecarPorts(port(), port(), port(), port())
+                services[f"{name}.{n}"] = ServiceSpec(
+                    f"{name}.{n}", port(), CALLS[name], more, name
+                )
         return cls(mode, services, timings or Timings(), precheck)
+
+    def replicas(self, service: str) -> list[ServiceSpec]:
+        """Every replica of `service` (one for most)."""
+        return [s for s in self.services.values() if s.service == service]
+
+    @property
+    def replica_counts(self) -> dict[str, int]:
+        """Services with more than one replica, and how many they have."""
+        counts: dict[str, int] = {}
+        for spec in self.services.values():
+            counts[spec.service] = counts.get(spec.service, 0) + 1
+        return {name: n for name, n in counts.items() if n > 1}
 
     def service(self, name: str) -> ServiceSpec:
         """The spec of one service, or KeyError naming it."""
@@ -164,13 +200,18 @@ class Topology:
         return sorted(name for name, spec in self.services.items() if spec.external)
 
     def upstream_base_url(self, caller: str, upstream: str) -> str:
-        """The base URL `caller` uses to reach `upstream` in this mode."""
+        """The base URL `caller` uses to reach `upstream` in this mode (its first replica)."""
+        return self.upstream_base_urls(caller, upstream)[0]
+
+    def upstream_base_urls(self, caller: str, upstream: str) -> list[str]:
+        """Where `caller` reaches `upstream`: its sidecar (which knows every replica), else
+        every replica's app."""
         spec = self.service(caller)
         if upstream not in spec.calls:
             raise KeyError(f"{caller} does not call {upstream}")
         if spec.sidecar is not None:
-            return f"http://{HOST}:{spec.sidecar.outbound}/{upstream}"
-        return self.service(upstream).app_url
+            return [f"http://{HOST}:{spec.sidecar.outbound}/{upstream}"]
+        return [replica.app_url for replica in self.replicas(upstream)]
 
     def call_timeout(self, upstream: str) -> float:
         """Timeout of a call to `upstream`: long enough for its own calls to time out first.
@@ -196,7 +237,9 @@ class Topology:
         services = {}
         for name, raw in data["services"].items():
             sidecar = SidecarPorts(**raw["sidecar"]) if raw.get("sidecar") else None
-            services[name] = ServiceSpec(raw["name"], raw["port"], tuple(raw["calls"]), sidecar)
+            services[name] = ServiceSpec(
+                raw["name"], raw["port"], tuple(raw["calls"]), sidecar, raw.get("replica_of")
+            )
         return cls(
             Mode(data["mode"]),
             services,

@@ -26,5 +26,5 @@ APP_FACTORIES: dict[str, AppFactory] = {
 
 
 def create_app(ctx: ServiceContext) -> ASGIApp:
-    """Build the app of the service `ctx.name`."""
-    return APP_FACTORIES[ctx.name](ctx)
+    """Build the app of the service `ctx.name` (a replica runs its service's app)."""
+    return APP_FACTORIES[ctx.topology.service(ctx.name).service](ctx)

@@ -27,6 +27,9 @@ current_traceparent: contextvars.ContextVar[str | None] = contextvars.ContextVar
     "current_traceparent", default=None
 )
 
+# Names the calling replica (`shipping.2`) to demo upstreams, so a fault can aim at one route.
+CALLER_HEADER = "x-demo-caller"
+
 # Paths that are plumbing, not work: they do not count as handled requests.
 _PLUMBING = ("/healthz", "/_stats", "/_fault")
 
@@ -126,6 +129,10 @@ class Downstream:
     timeout: float
     stats: Stats
     breaker: CircuitBreaker | None = None
+    # The other replicas of the downstream, called round robin with `base_url` (no sidecar).
+    more_urls: tuple[str, ...] = ()
+    caller: str = ""  # this replica's name, sent as CALLER_HEADER (faults may aim at one)
+    _turn: int = 0
 
     async def call(
         self, method: str, path: str, json: Any = None, serving: str | None = None
@@ -136,6 +143,8 @@ class Downstream:
         whose sidecar cannot learn it from the trace: the one that starts the trace itself.
         """
         headers = {"traceparent": child_traceparent(current_traceparent.get())}
+        if self.caller:
+            headers[CALLER_HEADER] = self.caller
         if serving is not None:
             headers[SERVING_ENDPOINT_HEADER] = serving
         if self.breaker is None:
@@ -170,9 +179,14 @@ class Downstream:
         self, method: str, path: str, json: Any, headers: dict[str, str]
     ) -> httpx.Response:
         self.stats.incr(f"calls.{self.name}")
+        base_url = self.base_url
+        if self.more_urls:
+            urls = (self.base_url, *self.more_urls)
+            self._turn += 1
+            base_url = urls[self._turn % len(urls)]
         try:
             response = await self.client.request(
-                method, self.base_url + path, json=json, headers=headers, timeout=self.timeout
+                method, base_url + path, json=json, headers=headers, timeout=self.timeout
             )
         except httpx.TimeoutException as exc:
             raise DownstreamError(self.name, 504, "timeout") from exc
@@ -231,15 +245,18 @@ class ServiceContext:
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128),
         )
         for upstream in self.topology.service(self.name).calls:
+            first, *more = self.topology.upstream_base_urls(self.name, upstream)
             self.downstreams[upstream] = Downstream(
                 upstream,
-                self.topology.upstream_base_url(self.name, upstream),
+                first,
                 self.client,
                 self.topology.call_timeout(upstream),
                 self.stats,
                 _make_breaker(f"{self.name}->{upstream}", self.topology)
                 if self.topology.mode is Mode.PLAIN
                 else None,
+                tuple(more),
+                self.name,
             )
         admin = self.topology.service(self.name).admin_url
         if admin is not None and self.topology.precheck:

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from cascadebreaker.demo.services.common import ServiceContext, service_app
+from cascadebreaker.demo.services.common import CALLER_HEADER, ServiceContext, service_app
 from cascadebreaker.demo.services.faults import FaultSwitch
 
 
@@ -24,7 +24,7 @@ def create_app(ctx: ServiceContext) -> ASGIApp:
             # Read the body even though it is unused: answering before a body that arrives in a
             # separate segment has been read makes uvicorn misparse the next keep-alive request.
             await request.body()
-            failed = await switch.apply()
+            failed = await switch.apply(request.headers.get(CALLER_HEADER))
             if failed is not None:
                 return failed
             ctx.stats.incr("ok")

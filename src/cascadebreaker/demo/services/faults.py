@@ -25,6 +25,8 @@ class FaultIn(BaseModel):
     mode: FaultMode
     rate: float | None = Field(default=None, ge=0.0, le=1.0)
     delay: float = Field(default=2.0, ge=0.0)
+    # Only calls from this replica (`shipping.3`): its route to us is broken, not we.
+    caller: str | None = Field(default=None, min_length=1, max_length=100)
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Fault:
     mode: FaultMode
     rate: float
     delay: float
+    caller: str | None = None
 
 
 class FaultSwitch:
@@ -55,7 +58,7 @@ class FaultSwitch:
         async def set_fault(body: FaultIn) -> dict[str, Any]:
             # errors default to half the requests; down and slow to all of them
             rate = body.rate if body.rate is not None else (0.5 if body.mode == "errors" else 1.0)
-            self.fault = Fault(body.mode, rate, body.delay)
+            self.fault = Fault(body.mode, rate, body.delay, body.caller)
             self.stats.incr("faults_injected")
             return {"fault": asdict(self.fault)}
 
@@ -64,10 +67,13 @@ class FaultSwitch:
             self.fault = None
             return {"fault": None}
 
-    async def apply(self) -> JSONResponse | None:
-        """Obey the fault for one request: an error response to send, or None to do the work."""
+    async def apply(self, caller: str | None = None) -> JSONResponse | None:
+        """Obey the fault for one request (from replica `caller`): an error response to send,
+        or None to do the work."""
         fault = self.fault
-        if fault is None or self._rng.random() >= fault.rate:
+        if fault is None or (fault.caller is not None and fault.caller != caller):
+            return None
+        if self._rng.random() >= fault.rate:
             return None
         self.stats.incr("faulted")
         if fault.mode == "down":

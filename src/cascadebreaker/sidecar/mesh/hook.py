@@ -28,7 +28,7 @@ from cascadebreaker.cascade import (
 )
 from cascadebreaker.cascade.updates import chain_to_list
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import CAUSE_HEADER, Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.refusals import (
     ENDPOINT_UNAVAILABLE,
     REFUSAL_HEADER,
@@ -51,7 +51,6 @@ __all__ = [
 
 log = logging.getLogger("cascadebreaker.sidecar.cascade")
 
-CAUSE_HEADER = "ccb-cause"
 SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
 
 _HOP = HOP_HEADER.encode()

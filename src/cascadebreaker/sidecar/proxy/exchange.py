@@ -45,6 +45,9 @@ _admission_errors = RateLimitedLog(log, logging.ERROR)
 
 # Request body held while the upstream is being connected; past it the client is paused.
 _PENDING_LIMIT = 262144
+# A body up to this size is kept while an upstream has several instances, so a call one
+# instance's sidecar refused can go to the next (a larger one streams and is not kept).
+_KEPT_LIMIT = 65536
 _BACKPRESSURE = 2  # ServerConnection's pause reason for an upstream not taking the body
 
 __all__ = ["ProxyExchange"]
@@ -57,6 +60,7 @@ class ProxyExchange(FixedExchange):
     __slots__ = (
         "_head",
         "_head_target",
+        "_kept",
         "_out",
         "_pending",
         "_pending_size",
@@ -95,6 +99,10 @@ class ProxyExchange(FixedExchange):
         self.headers = request.headers
         self.client = request.client
         self.resendable = not has_body  # a streamed body is not kept: it cannot be sent again
+        self._kept: list[bytes] | None = None  # the body as forwarded, while it may be resent
+        length = request.content_length
+        if has_body and len(route.pools) > 1 and length is not None and length <= _KEPT_LIMIT:
+            self._kept = []
         self.info: RequestInfo | None = None
         self.permit: Permit | None = None
         self.attempt = 0
@@ -138,6 +146,8 @@ class ProxyExchange(FixedExchange):
     def request_end(self) -> None:
         """Terminate a chunked request body."""
         self.request_done = True
+        if self._kept is not None:
+            self.resendable = True  # the whole body is kept
         if self.finished:
             super().request_end()
             return
@@ -186,6 +196,7 @@ class ProxyExchange(FixedExchange):
             return
         if self.pipeline.response(self, status, headers):
             self._abort_upstream()
+            self._rewind()
             self._proceed(self.pipeline.retry(self))
             return
         request = self.request
@@ -241,8 +252,10 @@ class ProxyExchange(FixedExchange):
             self.head_sent = self.chunked_out = False
         action = self.pipeline.failed(self, error)
         if action == REPLAY:
+            self._rewind()
             self._connect_new()
         elif action == RETRY:
+            self._rewind()
             self._proceed(self.pipeline.retry(self))
         else:
             self.reply(upstream_error_reply(self.route.name, error))
@@ -348,7 +361,15 @@ class ProxyExchange(FixedExchange):
             bool(request.upgrade),
         )
 
+    def _rewind(self) -> None:
+        """Before sending again: the kept body is pending again, for the next connection."""
+        if self._kept is not None:
+            self._pending = list(self._kept)
+            self._pending_size = sum(len(p) for p in self._kept)
+
     def _forward(self, pieces: list[bytes]) -> None:
+        if self._kept is not None:
+            self._kept += pieces
         if self._pending is None:
             if self.upstream is not None:
                 self.upstream.writelines(pieces)

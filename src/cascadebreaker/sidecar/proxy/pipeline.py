@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Protocol
 
 from cascadebreaker import CircuitOpenError, State
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo, names_a_cause
 from cascadebreaker.sidecar.proxy.refusals import find_refusal
 from cascadebreaker.sidecar.proxy.replies import rejection_for_open_circuit
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
@@ -230,6 +230,12 @@ class CallPipeline:
 
         Hooks hear the outcome and may edit `headers` (the end-to-end response headers)."""
         route = call.route
+        if status == 503 and self._refused_by_instance(call, headers):
+            # That instance's sidecar refused (its endpoint is unavailable there): not a
+            # failure of the upstream; the next instance gets the call, with a fresh permit.
+            route.stats.count("instance_refused")
+            self._drop_permit(call)
+            return True
         failed = route.is_failure(status)
         if failed and status == 503 and self._refused_upstream(call, headers):
             return False
@@ -307,6 +313,19 @@ class CallPipeline:
             call.attempt < route.retry_attempts
             and not call.has_body
             and call.method in IDEMPOTENT  # a retried POST could act twice
+            and route.budget.withdraw()
+        )
+
+    def _refused_by_instance(self, call: CallState, headers: RawHeaders) -> bool:
+        """A refusal by one instance's own sidecar (503 naming a cause): nothing was done, so
+        any request the driver can send again goes to the next instance, once per instance,
+        within the retry budget."""
+        route = call.route
+        return (
+            len(route.pools) > 1
+            and call.resendable
+            and call.attempt + 1 < len(route.pools)
+            and names_a_cause(headers)
             and route.budget.withdraw()
         )
 

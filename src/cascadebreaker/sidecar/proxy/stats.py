@@ -31,6 +31,8 @@ OUTCOMES = (
     "protocol",
     "rejected",
     "refused_upstream",  # the upstream's sidecar refused (`ccb-refusal`): not a failure
+    # One instance's sidecar refused (503 naming a cause); the call went to the next instance.
+    "instance_refused",
     "cancelled",
     # The client's fault, never the upstream's: a stalled body (408), a malformed body (400).
     "client_timeout",
