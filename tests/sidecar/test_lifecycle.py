@@ -60,7 +60,7 @@ def run_with_config(tmp_path: Path, text: str) -> subprocess.CompletedProcess[st
         ),
         (
             {"service": "a", "listen": {"inbound": None}, "store": "mongodb://x"},
-            "store: must be 'memory' or a redis:// URL",
+            "store: must be 'memory', a redis:// URL or redis+cluster://host:port",
         ),
         ({"service": "a"}, "app: required when listen.inbound is set"),
         ({"listen": {"inbound": None}}, "service: required"),

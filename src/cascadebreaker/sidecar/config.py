@@ -354,8 +354,9 @@ class SidecarConfig(_Strict):
     @field_validator("store")
     @classmethod
     def _store(cls, value: str) -> str:
-        if value != "memory" and not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must be 'memory' or a redis:// URL")
+        schemes = ("redis://", "rediss://", "unix://", "redis+cluster://")
+        if value != "memory" and not value.startswith(schemes):
+            raise ValueError("must be 'memory', a redis:// URL or redis+cluster://host:port")
         return value
 
     @field_validator("upstreams")

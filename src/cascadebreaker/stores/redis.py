@@ -1,6 +1,9 @@
 """RedisStore: breakers shared by every process and host using the same name and namespace.
 
 Keys: one hash per breaker, ``ccb:<namespace>:<name>``, refreshed to expire after `key_ttl`.
+On a Redis Cluster (`redis+cluster://host:port`, or a `RedisCluster` client) the key carries a
+hash tag, ``ccb:{<namespace>:<name>}``, so every key a breaker's scripts will ever touch lands
+in one slot; the channel is plain pub/sub, which a cluster broadcasts to every node.
 Channel: ``ccb:<namespace>``, carrying state changes (and "a failure run started") as JSON.
 Threads: one subscriber (redis_subscriber.py: keeps local views current, detects outages,
 resynchronises) and one flusher (here: batched outcomes, urgent trips and probe results) per
@@ -21,6 +24,7 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
@@ -38,6 +42,24 @@ _OUTCOME_CODES = {Outcome.SUCCESS: "S", Outcome.FAILURE: "F", Outcome.IGNORED: "
 
 Op = tuple[str, RedisSlot, tuple[Any, ...]]  # (script name, slot, script-specific args)
 
+CLUSTER_SCHEME = "redis+cluster://"
+
+
+def connect(url: str, socket_timeout: float) -> redis.Redis | RedisCluster:
+    """A client for `url`: `redis://` (or rediss://, unix://) for one server,
+    `redis+cluster://host:port` for a Redis Cluster reached through any of its nodes.
+
+    Fail fast, no retries: a caller on the probe path must not wait out an outage (a cluster
+    client re-reads the slot map after an error; the next call goes to the promoted node)."""
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": socket_timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if url.startswith(CLUSTER_SCHEME):
+        return RedisCluster.from_url("redis://" + url.removeprefix(CLUSTER_SCHEME), **options)
+    return redis.Redis.from_url(url, **options)
+
 
 class RedisStore:
     """Breaker state shared through Redis: atomic Lua transitions, local views kept current by
@@ -45,7 +67,7 @@ class RedisStore:
 
     def __init__(
         self,
-        client_or_url: redis.Redis | str,
+        client_or_url: redis.Redis | RedisCluster | str,
         namespace: str = "default",
         *,
         key_ttl: float = 86400.0,
@@ -82,14 +104,9 @@ class RedisStore:
         ):
             raise ValueError(f"instance must be a non-empty string without ',', got {instance!r}")
         if isinstance(client_or_url, str):
-            # Fail fast, no retries: a caller on the probe path must not wait out an outage.
-            client_or_url = redis.Redis.from_url(
-                client_or_url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                retry=Retry(NoBackoff(), 0),
-            )
-        self.client: redis.Redis = client_or_url
+            client_or_url = connect(client_or_url, socket_timeout)
+        self.client: Any = client_or_url  # redis.Redis or RedisCluster: the same commands
+        self.cluster = isinstance(client_or_url, RedisCluster)
         self.namespace = namespace
         self.channel = f"ccb:{namespace}"
         self.key_ttl_ms = int(key_ttl * 1000)
@@ -147,8 +164,20 @@ class RedisStore:
     # -- the Store protocol ------------------------------------------------------------------
 
     def key(self, name: str) -> str:
-        """The Redis key of breaker `name`."""
+        """The Redis key of breaker `name` (hash-tagged on a cluster: one slot per breaker)."""
+        if self.cluster:
+            return f"ccb:{{{self.namespace}:{name}}}"
         return f"ccb:{self.namespace}:{name}"
+
+    def pubsub(self) -> Any:
+        """A fresh subscription connection. On a cluster, to a random node each time: every
+        node hears every PUBLISH, and a node that just failed is not asked again and again."""
+        if not self.cluster:
+            return self.client.pubsub(ignore_subscribe_messages=True)
+        import random
+
+        nodes = self.client.get_nodes()
+        return self.client.pubsub(node=random.choice(nodes), ignore_subscribe_messages=True)
 
     def slot(self, name: str, config: BreakerConfig, clock: Clock) -> RedisSlot:
         """Return the slot for `name`, joining the fleet's shared state on first use."""
@@ -356,7 +385,11 @@ class RedisStore:
         pipe = self.client.pipeline(transaction=False)
         for script, slot, args in ops:
             sha = self._scripts[script].sha
-            pipe.evalsha(sha, 1, slot.key, slot.name, self.channel, self.key_ttl_ms, *args)
+            # By name: a cluster pipeline blocks its evalsha() helper, not the command (it
+            # routes each one by its key's slot).
+            pipe.execute_command(
+                "EVALSHA", sha, 1, slot.key, slot.name, self.channel, self.key_ttl_ms, *args
+            )
         replies: list[Any] = pipe.execute(raise_on_error=False)
         return replies
 

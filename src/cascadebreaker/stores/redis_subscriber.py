@@ -32,7 +32,7 @@ class Subscriber:
         while not self.store.closed:
             pubsub: Any = None
             try:
-                pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub = self.store.pubsub()
                 pubsub.subscribe(self.store.channel)
                 self.store.recover()  # messages may have been missed while not subscribed
                 self.store.mark_subscribed()

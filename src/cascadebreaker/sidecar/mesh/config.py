@@ -158,7 +158,8 @@ class CascadeConfig(_Strict):
     @field_validator("redis")
     @classmethod
     def _redis(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+        schemes = ("redis://", "rediss://", "unix://", "redis+cluster://")
+        if value is not None and not value.startswith(schemes):
             raise ValueError("must be a redis:// URL")
         return value
 
