@@ -1,4 +1,4 @@
-"""Fixtures shared by every test tier: a throwaway redis-server on a free port.
+"""Fixtures shared by every test tier: a throwaway redis-server (and nats-server) on a free port.
 
 The server is the one cascadebreaker ships for its users (`cascadebreaker.testing`); the plugin's
 own fixtures (`ccb_redis_server`, ...) are tested in tests/testing.
@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 
 from cascadebreaker.testing import RedisServer, free_port, throwaway_redis
 
-__all__ = ["RedisServer", "free_port"]
+__all__ = ["NatsServer", "RedisServer", "free_port"]
 
 
 def _require_redis() -> None:
@@ -95,3 +100,69 @@ def page(chromium: object) -> Iterator[object]:
     pg = context.new_page()
     yield pg
     context.close()
+
+
+@dataclass
+class NatsServer:
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        self.process = subprocess.Popen(
+            [binary, "-a", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    if s.recv(4).startswith(b"INFO"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"nats-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+@contextmanager
+def throwaway_nats() -> Iterator[NatsServer]:
+    """A started nats-server, killed at the end."""
+    server = NatsServer(free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _require_nats() -> None:
+    if shutil.which("nats-server") is None and not os.path.exists("/usr/sbin/nats-server"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("nats-server is not installed; CI must not skip NATS tests")
+        pytest.skip("nats-server is not installed")
+
+
+@pytest.fixture(scope="module")
+def nats_server() -> Iterator[NatsServer]:
+    """A nats-server shared by a module's tests."""
+    _require_nats()
+    with throwaway_nats() as server:
+        yield server
+
+
+@pytest.fixture
+def own_nats_server() -> Iterator[NatsServer]:
+    """A nats-server for one test alone, free to be stopped and started again."""
+    _require_nats()
+    with throwaway_nats() as server:
+        yield server

@@ -4,8 +4,8 @@ A GET /a → B GET /b (B1 or B2, round robin; a retry goes to the other) → Z G
 B1's route to Z is broken from the start. One sick replica must not make A refuse work that
 B2 can do; when B2 cannot reach Z either, A refuses at once.
 
-Run twice: with the updates on Redis pub/sub (B2 answers B1's report, naming itself) and on
-Watch streams only (A counts B2 live from the presence on B2's stream).
+Run three times: with the updates on Redis pub/sub or on NATS (B2 answers B1's report, naming
+itself) and on Watch streams only (A counts B2 live from the presence on B2's stream).
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ def _gauge(sidecar: Sidecar, name: str, endpoint: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-@pytest.fixture(scope="module", params=["redis", "watch"])
+@pytest.fixture(scope="module", params=["redis", "nats", "watch"])
 def fleet(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, redis_server: Any
 ) -> Iterator[Fleet]:
     bus: str = request.param
+    nats_url = request.getfixturevalue("nats_server").url if bus == "nats" else None
     workdir: Path = tmp_path_factory.mktemp(f"instances-{bus}")
     namespace = f"inst-{time.monotonic_ns()}"
     env = {"CCB_SECRET": SECRET}
@@ -60,6 +61,8 @@ def fleet(
         section: dict[str, Any] = {"namespace": namespace, "instance": instance}
         if bus == "redis":  # the bus only: each replica keeps its own breakers in memory
             section["redis"] = f"redis://127.0.0.1:{redis_server.port}/6"
+        if nats_url is not None:
+            section["nats"] = nats_url
         return section
 
     breaker = {"failure_threshold": 2, "recovery_timeout": 30}
@@ -97,9 +100,9 @@ def fleet(
     )
     sidecars = {"A": a, "B1": b1, "B2": b2}
     start_all(sidecars.values())
-    if bus == "redis":
+    if bus in ("redis", "nats"):
         for sidecar in sidecars.values():
-            wait_for(lambda s=sidecar: s.cascade()["redis"]["connected"], "redis subscription")
+            wait_for(lambda s=sidecar: s.cascade()[bus]["connected"], f"{bus} connected")
     try:
         yield Fleet(apps, sidecars, bus)
     finally:
@@ -137,8 +140,10 @@ def test_one_sick_replica_refuses_nothing_and_a_fleet_wide_outage_refuses_at_onc
     assert calls["instance_refused"] >= 4
     assert a.status()["breakers"]["B"]["state"] == "closed"
     assert a.available("GET /a")
-    if fleet.bus == "redis":
+    if fleet.bus in ("redis", "nats"):
         assert b2.cascade()["updates"]["sent"] >= 1  # B2's answer, naming itself
+    if fleet.bus == "nats":
+        assert a.metric("ccb_cascade_updates_received", via="nats") >= 1
 
     # Now B2 loses Z too: every live replica says B GET /b is unavailable.
     fleet.apps["Z"].stop()

@@ -93,6 +93,7 @@ class CascadeCollector:
         )
         received.add_metric(["watch"], node.stats["received_watch"])
         received.add_metric(["redis"], node.stats["received_redis"])
+        received.add_metric(["nats"], node.stats["received_nats"])
         accepted = CounterMetricFamily(
             "ccb_cascade_updates_accepted", "Received updates that were applied"
         )

@@ -2,8 +2,8 @@
 
 The node publishes every update about its own endpoints on each bus and feeds what a bus
 receives to `AvailabilityTable.receive` (through the callback the bus was built with). Today:
-the peer `Watch` stream (`watch.WatchHub`, with `watch.PeerWatchers` subscribing to others) and
-Redis pub/sub (`redis_bus.RedisBus`); a NATS bus is one more implementation of this Protocol.
+the peer `Watch` stream (`watch.WatchHub`, with `watch.PeerWatchers` subscribing to others),
+Redis pub/sub (`redis_bus.RedisBus`) and core NATS (`nats_bus.NatsBus`, a subject per service).
 """
 
 from __future__ import annotations

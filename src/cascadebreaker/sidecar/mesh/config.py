@@ -8,6 +8,7 @@ cascade:
   edge_ttl: 600              # seconds an unseen learned edge lives
   namespace: ccb             # Redis channel `ccb:cascade:<namespace>` (store: redis://)
   redis: redis://...         # default: `store` when it is a Redis URL
+  nats: nats://127.0.0.1:4222  # also carry updates over NATS (the nats extra)
   advertise: 127.0.0.1:15002 # gRPC address callers subscribe to; default listen.grpc
   templates: {payment: ["/v1/charges/{id}"]}
   edges:                     # static edges (never age out)
@@ -129,6 +130,7 @@ class CascadeConfig(_Strict):
     edge_ttl: float = Field(default=600.0, gt=0)
     namespace: str = Field(default="ccb", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     redis: str | None = None
+    nats: str | None = None
     advertise: str | None = None
     templates: dict[str, list[str]] = Field(default_factory=dict)
     edges: list[StaticEdge] = Field(default_factory=list)
@@ -153,6 +155,13 @@ class CascadeConfig(_Strict):
     def _peers(cls, value: dict[str, str]) -> dict[str, str]:
         for address in value.values():
             _address(address)
+        return value
+
+    @field_validator("nats")
+    @classmethod
+    def _nats(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("nats://", "tls://")):
+            raise ValueError("must be a nats:// URL")
         return value
 
     @field_validator("redis")

@@ -43,6 +43,7 @@ from cascadebreaker.sidecar.mesh.watch import PeerWatchers, WatchHub
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
+    from cascadebreaker.sidecar.mesh.nats_bus import NatsBus
     from cascadebreaker.sidecar.mesh.redis_bus import RedisBus
     from cascadebreaker.sidecar.proxy.ports import PluginHost
 
@@ -116,6 +117,7 @@ class CascadeNode:
         )
         self.peer_of: dict[str, set[str]] = {}  # upstream -> gRPC addresses of its sidecars
         self.redis: RedisBus | None = None
+        self.nats: NatsBus | None = None
         self.buses: list[UpdateBus] = [self.hub]  # every transport our updates go out on
         self.stats: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
@@ -171,6 +173,21 @@ class CascadeNode:
             )
             self.redis.start()
             self.buses.append(self.redis)
+        if self.config.nats is not None:
+            from cascadebreaker.sidecar.mesh.nats_bus import NatsBus
+
+            self.nats = NatsBus(
+                self.config.nats,
+                self.config.namespace,
+                self.service,
+                self.runtime.routes,
+                self._current,
+                self._from_nats,
+                lambda: self._count_rejected("malformed"),
+                self.config.max_clock_skew,
+            )
+            self.nats.start()
+            self.buses.append(self.nats)
         for upstream, address in self.config.peers.items():
             self.peer_seen(upstream, address)
         self._tasks.append(self.loop.create_task(self._housekeeping()))
@@ -219,12 +236,18 @@ class CascadeNode:
         return self._receive(update)
 
     def _from_redis(self, update: AvailabilityUpdate) -> None:
+        self._from_shared_bus(update, "redis")
+
+    def _from_nats(self, update: AvailabilityUpdate) -> None:
+        self._from_shared_bus(update, "nats")
+
+    def _from_shared_bus(self, update: AvailabilityUpdate, via: str) -> None:
         if update.service == self.service:
             # A sibling replica's own endpoint: each derives its own from its breakers, but
             # answers when it can serve what the sibling cannot (dependents count it live).
             self.send(self.table.sibling_reported(update))
             return
-        self.stats["received_redis"] += 1
+        self.stats[f"received_{via}"] += 1
         self._receive(update)
 
     def _receive(self, update: AvailabilityUpdate) -> Verdict:
@@ -404,6 +427,16 @@ class CascadeNode:
                 "connected": self.redis.connected,
                 "published": self.redis.published,
                 "dropped": self.redis.dropped,
+            },
+            "nats": None
+            if self.nats is None
+            else {
+                "connected": self.nats.connected,
+                "published": self.nats.published,
+                "received": self.nats.received,
+                "dropped": self.nats.dropped,
+                "reconnects": self.nats.reconnects,
+                "syncs_answered": self.nats.syncs_answered,
             },
             "updates": {
                 "sent": self.stats["sent"],

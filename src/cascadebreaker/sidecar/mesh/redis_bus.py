@@ -43,7 +43,8 @@ class RedisBus:
 
         self.channel = channel_name(namespace)
         # A cluster broadcasts every PUBLISH to every node: one node (the seed) carries the bus.
-        url = "redis://" + url.removeprefix("redis+cluster://")
+        if url.startswith("redis+cluster://"):
+            url = "redis://" + url.removeprefix("redis+cluster://")
         self._client: Any = aioredis.Redis.from_url(url, socket_timeout=5.0)
         self._receive = receive
         self._on_malformed = on_malformed
