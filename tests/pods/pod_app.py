@@ -28,11 +28,11 @@ class PodTopology(Topology):
     addresses: dict[str, str] = field(default_factory=dict)
     service_port: int = 8080
 
-    def upstream_base_url(self, caller: str, upstream: str) -> str:
+    def upstream_base_urls(self, caller: str, upstream: str) -> list[str]:
         """What an app without a sidecar would be configured with: the upstream's address."""
         if upstream not in self.service(caller).calls:
             raise KeyError(f"{caller} does not call {upstream}")
-        return f"http://{self.addresses[upstream]}:{self.service_port}"
+        return [f"http://{self.addresses[upstream]}:{self.service_port}"]
 
 
 def main() -> None:

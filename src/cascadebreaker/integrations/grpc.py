@@ -28,7 +28,7 @@ from ..breaker import CircuitBreaker
 from ..errors import CircuitOpenError
 from ..permit import Permit
 from ..stores.base import Store
-from .grpc_status import is_refusal
+from .grpc_status import is_refusal as _is_refusal
 from .grpc_status import rejection_rpc_status as _rejection_rpc_status
 from .routing import BreakerFactory, BreakerRouter
 
@@ -125,7 +125,7 @@ class _Classifier:
         )
 
     def settle(self, permit: Permit, code: grpc.StatusCode | None, trailers: Any = None) -> None:
-        if code is grpc.StatusCode.UNAVAILABLE and is_refusal(trailers):
+        if code is grpc.StatusCode.UNAVAILABLE and _is_refusal(trailers):
             permit.ignore()  # refused downstream: the server is healthy
         elif code in self.failure_codes:
             permit.failure()
