@@ -1,6 +1,6 @@
 """An upstream with several instances (`urls:`): round robin, and a call that one instance's
-sidecar refused (503 naming a cause) goes to the next instance, whatever its method; real
-sidecar process, real sockets."""
+sidecar refused (503 with its `ccb-refusal` mark) goes to the next instance, whatever its
+method; real sidecar process, real sockets."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .conftest import Upstream
 
 
 class _Refusing(BaseHTTPRequestHandler):
-    """An instance whose sidecar refuses everything: 503, with or without `ccb-cause`."""
+    """An instance whose sidecar refuses everything: 503, with or without its refusal mark."""
 
     protocol_version = "HTTP/1.1"
     server: _RefusingServer
@@ -33,6 +33,8 @@ class _Refusing(BaseHTTPRequestHandler):
         self.send_response(503)
         if self.server.names_cause:
             self.send_header("ccb-cause", "courier * *, shipping POST /v1/shipments")
+        if self.server.marks:  # unsealed: trusted from a loopback upstream without a secret
+            self.send_header("ccb-refusal", "endpoint_unavailable -")
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -45,6 +47,7 @@ class _RefusingServer(ThreadingHTTPServer):
     daemon_threads = True
     seen = 0
     names_cause = True
+    marks = True
     lock: threading.Lock
 
 
@@ -102,8 +105,8 @@ def test_a_post_refused_by_one_instances_sidecar_goes_to_the_next_with_its_body(
 def test_a_plain_503_to_a_post_is_answered_not_resent(
     sidecar_factory: Any, upstream: Upstream, refusing: _RefusingServer
 ) -> None:
-    """Without `ccb-cause` nothing says the app did not act: a POST is never sent twice."""
-    refusing.names_cause = False
+    """Without the mark nothing says the app did not act: a POST is never sent twice."""
+    refusing.names_cause = refusing.marks = False
     sidecar = sidecar_factory(_config([_url(refusing), upstream.url]), cascade={"enabled": False})
     statuses = [
         httpx.post(f"{sidecar.url('outbound')}/p/echo", content=b"x", timeout=10).status_code
@@ -112,3 +115,19 @@ def test_a_plain_503_to_a_post_is_answered_not_resent(
     assert sorted(statuses) == [200, 200, 503, 503]
     assert refusing.seen == 2
     assert len(upstream.state.requests) == 2
+
+
+def test_a_cause_header_without_the_mark_is_a_failure_not_a_refusal(
+    sidecar_factory: Any, upstream: Upstream, refusing: _RefusingServer
+) -> None:
+    """Any app can send `ccb-cause`; only the sealed mark hides a 503 from the breaker."""
+    refusing.marks = False
+    sidecar = sidecar_factory(_config([_url(refusing), upstream.url]), cascade={"enabled": False})
+    statuses = [
+        httpx.post(f"{sidecar.url('outbound')}/p/echo", content=b"x", timeout=10).status_code
+        for _ in range(4)
+    ]
+    assert sorted(statuses) == [200, 200, 503, 503]
+    calls = sidecar.status()["breakers"]["p"]["calls"]
+    assert calls["failure_status"] == 2
+    assert calls.get("instance_refused", 0) == 0

@@ -20,15 +20,9 @@ from cascadebreaker.sidecar.proxy.endpoint_hint import route_template
 log = logging.getLogger("cascadebreaker.sidecar")
 _hook_errors = RateLimitedLog(log, logging.ERROR)  # a hook's bug may fire on every request
 
-# A sidecar's refusal names its cause chain in this header: the request never reached the app
-# behind that sidecar, so a caller may send it to another instance whatever its method.
+# A sidecar's refusal names its cause chain in this header (for people and apps; a caller's
+# sidecar trusts only the sealed `ccb-refusal` mark, proxy/refusals.py).
 CAUSE_HEADER = "ccb-cause"
-_CAUSE = CAUSE_HEADER.encode()
-
-
-def names_a_cause(headers: RawHeaders) -> bool:
-    """True when response headers carry `ccb-cause` (a sidecar refused before its app)."""
-    return any(name == _CAUSE for name, _ in headers)
 
 
 RouteResolver = Callable[[str, str, str], str]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Protocol
 
 from cascadebreaker import CircuitOpenError, State
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo, names_a_cause
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.refusals import find_refusal
 from cascadebreaker.sidecar.proxy.replies import rejection_for_open_circuit
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
@@ -317,7 +317,7 @@ class CallPipeline:
         )
 
     def _refused_by_instance(self, call: CallState, headers: RawHeaders) -> bool:
-        """A refusal by one instance's own sidecar (503 naming a cause): nothing was done, so
+        """A refusal by one instance's own sidecar (a trusted `ccb-refusal`): nothing was done, so
         any request the driver can send again goes to the next instance, once per instance,
         within the retry budget."""
         route = call.route
@@ -325,7 +325,7 @@ class CallPipeline:
             len(route.pools) > 1
             and call.resendable
             and call.attempt + 1 < len(route.pools)
-            and names_a_cause(headers)
+            and self._trusted_refusal(call, headers)
             and route.budget.withdraw()
         )
 
@@ -340,6 +340,12 @@ class CallPipeline:
                 permit.success()
             else:
                 permit.failure(error)
+
+    def _trusted_refusal(self, call: CallState, headers: RawHeaders) -> bool:
+        """The 503 carries a sidecar's refusal mark that we trust (a plain `ccb-cause` does not
+        count: any app could send one and hide its failures from the breaker)."""
+        value = find_refusal(headers)
+        return value is not None and self.runtime.refusal_trust(call.route, call.info, value)
 
     def _refused_upstream(self, call: CallState, headers: RawHeaders) -> bool:
         """A 503 marked as a sidecar's refusal we trust: not the upstream's failure (the
