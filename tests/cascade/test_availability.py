@@ -295,10 +295,10 @@ def test_snapshot_lists_unavailable_endpoints_and_edges(chain: Mesh) -> None:
     assert snap["service"] == "a"
     listed = {item["endpoint"]: item for item in snap["unavailable"]}
     assert set(listed) == {"a GET /a", "b GET /b"}
-    assert listed["a GET /a"]["expires_in"] == 10.0
-    assert listed["a GET /a"]["cause_chain"][0] == {
+    assert listed["a GET /a"]["expiresIn"] == 10.0
+    assert listed["a GET /a"]["causeChain"][0] == {
         "endpoint": "c GET /c",
-        "reason": "circuit open",
+        "reason": "circuit_open",
     }
     assert snap["edges"] == [{"caller": "a GET /a", "callee": "b GET /b", "required": True}]
 

@@ -47,26 +47,50 @@ def test_dict_and_json_round_trip() -> None:
 def test_wire_form_names_every_field() -> None:
     data = down().to_dict()
     assert data["endpoint"] == "checkout POST /v1/orders"
-    assert data["cause_chain"][0] == {"endpoint": str(ROOT), "reason": "circuit open"}
+    assert data["causeChain"][0] == {"endpoint": str(ROOT), "reason": "circuit open"}
     assert set(data) == {
         "service",
         "endpoint",
         "available",
-        "cause_chain",
-        "expires_at",
+        "causeChain",
+        "expiresAt",
         "version",
         "signature",
     }
+
+
+def test_the_old_spelling_is_read_and_never_written() -> None:
+    update = sign(down(), SECRET)
+    old = update.to_dict()
+    old["cause_chain"], old["expires_at"] = old.pop("causeChain"), old.pop("expiresAt")
+    again = AvailabilityUpdate.from_dict(old)
+    assert again == update and again.signature == update.signature
+    assert "cause_chain" not in again.to_dict() and b"expires_at" not in again.to_json()
+
+
+def test_both_spellings_of_one_field_are_malformed() -> None:
+    data = down().to_dict()
+    data["cause_chain"] = data["causeChain"]
+    with pytest.raises(MalformedUpdate, match="causeChain and its old spelling cause_chain"):
+        AvailabilityUpdate.from_dict(data)
+
+
+def test_a_signature_over_the_old_canonical_form_still_verifies() -> None:
+    update = down()
+    legacy_mac = hmac.new(SECRET, canonical_bytes(update, legacy=True), hashlib.sha256)
+    signed_before = replace(update, signature=legacy_mac.hexdigest())
+    assert verify(signed_before, SECRET, now=NOW) is Verdict.ACCEPTED
+    assert canonical_bytes(update, legacy=True).startswith(b'{"available":false,"cause_chain":')
 
 
 def test_canonical_bytes_are_sorted_compact_and_exclude_the_signature() -> None:
     update = sign(down(expires_at=NOW + 20.0004), SECRET)
     # A golden value: another language must reproduce these bytes exactly to sign/verify.
     assert canonical_bytes(update) == (
-        b'{"available":false,"cause_chain":['
+        b'{"available":false,"causeChain":['
         b'{"endpoint":"payment POST /v1/charges","reason":"circuit open"},'
         b'{"endpoint":"checkout POST /v1/orders","reason":"requires payment POST /v1/charges"}],'
-        b'"endpoint":"checkout POST /v1/orders","expires_at":1764000020000,'
+        b'"endpoint":"checkout POST /v1/orders","expiresAt":1764000020000,'
         b'"service":"checkout","version":7}'
     )
 
@@ -80,7 +104,7 @@ def test_signature_is_hmac_sha256_of_the_canonical_bytes() -> None:
 def test_signature_verifies_and_detects_tampering() -> None:
     update = sign(down(), SECRET)
     assert verify(update, SECRET, now=NOW) is Verdict.ACCEPTED
-    tampered = AvailabilityUpdate.from_dict({**update.to_dict(), "expires_at": NOW + 999})
+    tampered = AvailabilityUpdate.from_dict({**update.to_dict(), "expiresAt": NOW + 999})
     assert verify(tampered, SECRET, now=NOW) is Verdict.BAD_SIGNATURE
     assert verify(update, b"other secret", now=NOW) is Verdict.BAD_SIGNATURE
 
@@ -103,9 +127,12 @@ def test_problem_checks_run_before_the_signature() -> None:
     assert verify(sign(bad, SECRET), SECRET, now=NOW) is Verdict.MALFORMED
 
 
+_NEW = {"cause_chain": "causeChain", "expires_at": "expiresAt"}
+
+
 def _wire(**changes: Any) -> dict[str, Any]:
     data = down().to_dict()
-    data.update(changes)
+    data.update({_NEW.get(k, k): v for k, v in changes.items()})
     return data
 
 
@@ -118,11 +145,11 @@ def _wire(**changes: Any) -> dict[str, Any]:
         (_wire(available="no"), "available a boolean"),
         (_wire(version=1.5), "version must be an integer"),
         (_wire(version=True), "version must be an integer"),
-        (_wire(expires_at="soon"), "expires_at must be a number"),
+        (_wire(expires_at="soon"), "expiresAt must be a number"),
         (_wire(signature=5), "signature must be a string"),
         (_wire(endpoint="nope"), "endpoint must be"),
         (_wire(endpoint=5), "endpoint must be a string"),
-        (_wire(cause_chain="x"), "cause_chain must be a list"),
+        (_wire(cause_chain="x"), "causeChain must be a list"),
         (_wire(cause_chain=[{"endpoint": str(SELF)}]), "items must be"),
         (_wire(cause_chain=[{"endpoint": str(SELF), "reason": 1}]), "reason must be"),
         (_wire(service="payment"), "does not own"),
@@ -151,7 +178,7 @@ def test_from_json_refuses_non_objects(raw: bytes) -> None:
 def _raw(**changes: str) -> bytes:
     """The signed wire form with some values replaced by raw JSON text."""
     data = {k: json.dumps(v) for k, v in sign(down(), SECRET).to_dict().items()}
-    data.update(changes)
+    data.update({_NEW.get(k, k): v for k, v in changes.items()})
     return ("{" + ",".join(f'"{k}":{v}' for k, v in data.items()) + "}").encode()
 
 
@@ -160,11 +187,11 @@ def _raw(**changes: str) -> bytes:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        (_raw(expires_at="NaN"), "expires_at must be a finite number"),
-        (_raw(expires_at="Infinity"), "expires_at must be a finite number"),
-        (_raw(expires_at="1e400"), "expires_at must be a finite number"),
-        (_raw(expires_at="1e300"), "expires_at must be"),  # past what protobuf carries
-        (_raw(expires_at="225792068811225.97"), "expires_at must be"),  # ms lost in a float
+        (_raw(expires_at="NaN"), "expiresAt must be a finite number"),
+        (_raw(expires_at="Infinity"), "expiresAt must be a finite number"),
+        (_raw(expires_at="1e400"), "expiresAt must be a finite number"),
+        (_raw(expires_at="1e300"), "expiresAt must be"),  # past what protobuf carries
+        (_raw(expires_at="225792068811225.97"), "expiresAt must be"),  # ms lost in a float
         (_raw(version=str(2**64)), "version must be"),
         (_raw(signature='"\\u00e9"'), "signature must be"),
         (_raw(signature='"abc"'), "signature must be"),

@@ -187,7 +187,7 @@ def test_a_cycle_terminates(shop: Shop) -> None:
         return before == sent()
 
     wait_for(settled, "propagation settles")
-    chains = {e["endpoint"]: e["cause_chain"] for e in b.cascade()["unavailable"]}
+    chains = {e["endpoint"]: e["causeChain"] for e in b.cascade()["unavailable"]}
     assert [c["endpoint"] for c in chains["B GET /b"]] == ["D * *", "C GET /c", "B GET /b"]
     _recover(shop)
     wait_for(lambda: a.available("GET /a") and b.available("GET /b"), "both clear")

@@ -50,8 +50,8 @@ def test_an_endpoint_breaker_is_the_root_of_its_own_unavailability(tmp_path: Pat
         assert a.available("GET /good")
         assert get(a.url("inbound") + "/good").status_code == 200
         breakers = a.status()["breakers"]["B"]
-        assert breakers["state"] == "closed"
-        assert breakers["endpoints"]["GET /bad"]["state"] == "open"
+        assert breakers["state"] == "CLOSED"
+        assert breakers["endpoints"]["GET /bad"]["state"] == "OPEN"
     finally:
         a.stop()
         a_app.stop()

@@ -138,7 +138,7 @@ def test_one_sick_replica_refuses_nothing_and_a_fleet_wide_outage_refuses_at_onc
     assert a.refused_early() == refused
     calls = a.status()["breakers"]["B"]["calls"]
     assert calls["instance_refused"] >= 4
-    assert a.status()["breakers"]["B"]["state"] == "closed"
+    assert a.status()["breakers"]["B"]["state"] == "CLOSED"
     assert a.available("GET /a")
     if fleet.bus in ("redis", "nats"):
         assert b2.cascade()["updates"]["sent"] >= 1  # B2's answer, naming itself

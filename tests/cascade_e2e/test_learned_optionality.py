@@ -69,7 +69,7 @@ def test_the_failures_that_trip_the_breaker_teach_optionality(site: Site) -> Non
     site.b_app.stop()
     for _ in range(3):  # B fails; the page still answers (degraded): evidence of survival
         assert site.call("/page") == 200
-    wait_for(lambda: site.a.status()["breakers"]["B"]["state"] == "open", "A's breaker opens")
+    wait_for(lambda: site.a.status()["breakers"]["B"]["state"] == "OPEN", "A's breaker opens")
     edge = site.edge("/page")
     assert edge["optionality"] == "optional (learned)"
     assert edge["required"] is False

@@ -125,7 +125,7 @@ def test_downstream_refusals_never_open_the_callers_breaker(mesh: Mesh) -> None:
         # B's app relays its breaker's refusal; B's sidecar re-seals it for A.
         assert get(mesh.a.url("inbound") + "/r").status_code == 424
     breaker = mesh.breaker("B")
-    assert breaker["state"] == "closed"
+    assert breaker["state"] == "CLOSED"
     assert breaker["calls"]["refused_upstream"] == 8 * THRESHOLD
     assert breaker["calls"]["failure_status"] == 0
     # What A's app sees: the refusal, marked for the caller's sidecar.
@@ -137,7 +137,7 @@ def test_downstream_refusals_never_open_the_callers_breaker(mesh: Mesh) -> None:
     refused = get(mesh.a.url("outbound") + "/B/b")
     assert refused.status_code == 503
     assert refused.headers["ccb-refusal"].startswith("endpoint_unavailable ")
-    assert mesh.breaker("B")["state"] == "closed"
+    assert mesh.breaker("B")["state"] == "CLOSED"
 
 
 def test_a_forged_refusal_mark_is_honoured_only_without_a_secret_on_loopback(mesh: Mesh) -> None:
@@ -146,7 +146,7 @@ def test_a_forged_refusal_mark_is_honoured_only_without_a_secret_on_loopback(mes
     state = mesh.breaker("F")["state"]
     if mesh.secret is None:
         # Documented trust: without a secret, a loopback upstream's mark is believed.
-        assert state == "closed"
+        assert state == "CLOSED"
     else:
         # With a secret, an unsealed mark is a plain 503: a failure.
-        assert state == "open"
+        assert state == "OPEN"

@@ -130,7 +130,7 @@ def test_courier_down_travels_up_the_graph_and_clears(page: object, demo: Runnin
     entry.click()
     links = pg.get_by_test_id("cause-link")
     expect(links.last).to_have_attribute("data-endpoint", ENTRY)
-    expect(links.first).to_contain_text("circuit open")
+    expect(links.first).to_contain_text("circuit_open")  # the contract's reason code
     expect(pg.get_by_test_id("cause-chain")).to_contain_text("order POST /v1/orders")
     shot = os.environ.get("CCB_DASHBOARD_SCREENSHOT")  # docs: regenerate the outage picture
     if shot:

@@ -75,7 +75,7 @@ def test_open_circuit_in_an_endpoint_becomes_a_503(
     assert rejected.status_code == 503
     assert rejected.headers[REJECTED_HEADER] == upstream.netloc
     assert 1 <= int(rejected.headers["retry-after"]) <= 30
-    assert rejected.json()["state"] == "OPEN"
+    assert rejected.json()["circuitState"] == "OPEN"
     assert upstream.hits == 1  # the second checkout never reached the upstream
     assert store.names() == [upstream.netloc]
 
@@ -106,11 +106,13 @@ async def test_forced_open_answer_has_no_retry_after() -> None:
     assert response.status_code == 503
     assert "retry-after" not in response.headers
     assert response.json() == {
-        "error": "circuit_open",
+        "error": "circuit OPEN",
+        "reasonCode": "forced_open",
+        "circuitState": "OPEN",
+        "retryAfter": None,
+        "causeChain": [{"endpoint": "pinned * *", "reason": "forced_open"}],
         "breaker": "pinned",
-        "state": "OPEN",
-        "retry_after": None,
-        "reason": "forced_open",
+        "trippedBy": "forced_open",
         "scope": "local",
     }
 

@@ -59,7 +59,7 @@ def test_recording_guard_counts_5xx_not_4xx(clock: FakeClock) -> None:
         assert httpx.get(f"{url}/charge/503").status_code == 503
         assert recorded.state is State.OPEN
         refused = httpx.get(f"{url}/charge/200")
-        assert refused.status_code == 503 and refused.json()["error"] == "circuit_open"
+        assert refused.status_code == 503 and refused.json()["reasonCode"] == "circuit_open"
     assert ran.count("charge 200") == 1
     assert recorded.snapshot()["calls"] == {
         "success": 4,

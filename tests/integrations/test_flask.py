@@ -39,11 +39,13 @@ def test_a_rejection_in_a_view_is_a_503_with_retry_after(clock: FakeClock) -> No
         assert response.headers["retry-after"] == "8"
         assert response.headers[REJECTED_HEADER] == "pricing"
         assert response.json() == {
-            "error": "circuit_open",
+            "error": "circuit OPEN",
+            "reasonCode": "circuit_open",
+            "circuitState": "OPEN",
+            "retryAfter": 7.2,
+            "causeChain": [{"endpoint": "pricing * *", "reason": "circuit_open"}],
             "breaker": "pricing",
-            "state": "OPEN",
-            "retry_after": 7.2,
-            "reason": "consecutive_failures",
+            "trippedBy": "consecutive_failures",
             "scope": "local",
         }
         assert httpx.get(f"{url}/boom").status_code == 500  # other errors are Flask's

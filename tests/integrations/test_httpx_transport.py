@@ -105,10 +105,11 @@ def test_respond_mode_returns_a_synthetic_503(upstream: Upstream) -> None:
     assert response.headers["retry-after"] == "8"
     assert response.headers[REJECTED_HEADER] == upstream.netloc
     body = response.json()
-    assert body["error"] == "circuit_open"
+    assert body["reasonCode"] == "circuit_open"
     assert body["breaker"] == upstream.netloc
-    assert body["state"] == "OPEN"
-    assert 0 < body["retry_after"] <= 7.2
+    assert body["circuitState"] == "OPEN"
+    assert 0 < body["retryAfter"] <= 7.2
+    assert body["causeChain"] == [{"endpoint": f"{upstream.netloc} * *", "reason": "circuit_open"}]
     assert upstream.hits == 1
 
 
@@ -122,7 +123,7 @@ def test_respond_mode_on_forced_open_has_no_retry_after() -> None:
         response = client.get("http://example.test/")
     assert response.status_code == 503
     assert "retry-after" not in response.headers
-    assert response.json()["retry_after"] is None
+    assert response.json()["retryAfter"] is None
 
 
 def test_custom_failure_statuses(upstream: Upstream) -> None:
@@ -206,7 +207,7 @@ async def test_async_respond_mode(upstream: Upstream) -> None:
         await client.get(upstream.url("/status/500"))
         response = await client.get(upstream.url("/"))
     assert response.status_code == 503
-    assert response.json()["state"] == "OPEN"
+    assert response.json()["circuitState"] == "OPEN"
 
 
 def test_default_key_is_host_and_explicit_port() -> None:

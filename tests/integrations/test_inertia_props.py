@@ -21,7 +21,7 @@ from cascadebreaker.integrations.inertia import (
 
 from .conftest import FakeClock
 
-KEYS = {"data", "isDegraded", "circuitState", "reason", "retryAfter", "stale", "asOf"}
+KEYS = {"data", "isDegraded", "circuitState", "reasonCode", "reason", "retryAfter", "stale", "asOf"}
 
 
 class Api:
@@ -79,6 +79,7 @@ def test_a_failure_below_the_threshold_is_degraded_but_closed(api: Api, clock: F
         "data": None,
         "isDegraded": True,
         "circuitState": "CLOSED",
+        "reasonCode": "upstream_error",
         "reason": REASON_UPSTREAM_ERROR,
         "retryAfter": 0.0,
         "stale": False,

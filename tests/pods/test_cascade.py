@@ -69,7 +69,7 @@ def test_unmodified_apps_are_intercepted(shop: PodShop) -> None:
     # the app dialled inventory/payment/shipping by address: the transparent listener took them
     assert status["transparent"]["connections"]["routed"] >= 1
     assert {"inventory", "payment", "shipping"} <= set(status["breakers"])
-    assert status["breakers"]["payment"]["state"] == "closed"
+    assert status["breakers"]["payment"]["state"] == "CLOSED"
     destinations = status["transparent"]["destinations"]
     assert destinations[f"{shop.pods['payment'].address}:8080"] == "payment"
 
@@ -78,7 +78,7 @@ def test_third_party_down_is_refused_at_the_entry_and_recovers(shop: PodShop) ->
     learn(shop)
     shop.fault("courier", "down")
     assert_refused_at_the_entry(shop)
-    assert shop.status("shipping")["breakers"]["courier"]["state"] == "open"
+    assert shop.status("shipping")["breakers"]["courier"]["state"] == "OPEN"
     shop.clear("courier")
     assert eventually(lambda: shop.order() == 201, deadline=45)
 
@@ -87,7 +87,7 @@ def test_cut_link_opens_the_breaker_and_cascades(shop: PodShop) -> None:
     learn(shop)
     shop.lab.cut_link(shop.pods["payment-gateway"])
     assert_refused_at_the_entry(shop)
-    assert shop.status("payment")["breakers"]["payment-gateway"]["state"] == "open"
+    assert shop.status("payment")["breakers"]["payment-gateway"]["state"] == "OPEN"
     shop.lab.cut_link(shop.pods["payment-gateway"], up=True)
     assert eventually(lambda: shop.order() == 201, deadline=45)
 
@@ -98,7 +98,7 @@ def test_delay_past_the_timeout_opens_the_breaker(shop: PodShop) -> None:
     # link on kernels without sch_netem)
     shop.lab.delay(shop.pods["courier"], 2500)
     assert_refused_at_the_entry(shop)
-    assert shop.status("shipping")["breakers"]["courier"]["state"] == "open"
+    assert shop.status("shipping")["breakers"]["courier"]["state"] == "OPEN"
     shop.lab.heal(shop.pods["courier"])
     assert eventually(lambda: shop.order() == 201, deadline=45)
 

@@ -64,7 +64,7 @@ def test_upstreams_are_routed_and_other_destinations_relayed_or_refused(
     assert answer["status"] == 200
     status = client.call("GET", f"{admin}/status")["body"]
     assert status["transparent"]["connections"]["routed"] == 1
-    assert status["breakers"]["payment"]["state"] == "closed"
+    assert status["breakers"]["payment"]["state"] == "CLOSED"
 
     # a destination that is no upstream: relayed untouched, or refused
     if unknown == "relay":

@@ -69,7 +69,7 @@ def test_a_body_that_never_comes_is_408_not_an_upstream_failure(
     calls = _calls(stalling, "payment" if listener == "outbound" else "inbound")
     assert calls["timeout"] == 0
     assert calls["client_timeout"] == 3
-    assert _breaker_state(stalling) == "closed"
+    assert _breaker_state(stalling) == "CLOSED"
     response = httpx.post(stalling.url("outbound") + "/payment/echo", content=b"fine", timeout=10)
     assert response.status_code == 200
     assert response.content == b"fine"
@@ -98,7 +98,7 @@ def test_a_trickling_body_is_cut_with_408(stalling: SidecarProcess, listener: st
     calls = _calls(stalling, "payment" if listener == "outbound" else "inbound")
     assert calls["timeout"] == 0
     assert calls["client_timeout"] == 1
-    assert _breaker_state(stalling) == "closed"
+    assert _breaker_state(stalling) == "CLOSED"
 
 
 def test_a_slow_but_steady_upload_is_not_cut(stalling: SidecarProcess) -> None:

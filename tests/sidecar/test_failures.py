@@ -71,12 +71,16 @@ def test_breaker_trips_and_rejects_with_503_json(sidecar_factory: Any, upstream:
     body = rejected.json()
     assert body["error"] == "circuit open"
     assert body["upstream"] == "payment"
-    assert body["circuitState"] == "open"
+    assert body["circuitState"] == "OPEN"
+    assert body["reasonCode"] == "circuit_open"
+    # The cause chain is rooted at the open breaker, as Check and /availability report it.
+    assert body["causeChain"] == [{"endpoint": "payment * *", "reason": "circuit_open"}]
     assert 0 < body["retryAfter"] <= 30
     assert 1 <= int(rejected.headers["retry-after"]) <= 30
     assert len(upstream.state.requests) == seen_before  # never reached the upstream
     status = sidecar.status()["breakers"]["payment"]
-    assert status["state"] == "open"
+    assert status["state"] == "OPEN"
+    assert 0 < status["retryAfter"] <= 30 and "retry_after" not in status  # one spelling
     assert status["calls"]["rejected"] == 1
     metrics = httpx.get(sidecar.url("admin") + "/metrics").text
     assert 'ccb_sidecar_breaker_state{state="open",upstream="payment"} 1.0' in metrics

@@ -170,7 +170,7 @@ async def test_call_api_applies_breaker_and_classifies(server: SidecarServer) ->
         assert failed.status == 500
     with pytest.raises(CallRejected) as rejected:
         await runtime.call("payment", "GET", "/ok")
-    assert rejected.value.rejection.body["circuitState"] == "open"
+    assert rejected.value.rejection.body["circuitState"] == "OPEN"
     assert runtime.check("payment")["callable"] is False
     with pytest.raises(UnknownUpstream):
         await runtime.call("shipping", "GET", "/")

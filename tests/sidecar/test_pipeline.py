@@ -84,7 +84,7 @@ async def test_an_open_breaker_refuses(runtime: SidecarRuntime) -> None:
     breaker.force_open()
     verdict = runtime.pipeline.start(_call(runtime))
     assert isinstance(verdict, Rejection)
-    assert (verdict.status, verdict.body["circuitState"]) == (503, "open")
+    assert (verdict.status, verdict.body["circuitState"]) == (503, "OPEN")
     assert breaker.state is State.OPEN
 
 

@@ -231,7 +231,7 @@ def test_admin_endpoints(sidecar: SidecarProcess) -> None:
     httpx.get(sidecar.url("outbound") + "/payment/x")
     status = httpx.get(admin + "/status").json()
     assert status["service"] == "checkout"
-    assert status["breakers"]["payment"]["state"] == "closed"
+    assert status["breakers"]["payment"]["state"] == "CLOSED"
     metrics = httpx.get(admin + "/metrics").text
     success = 'ccb_sidecar_calls_total{direction="outbound",outcome="success",upstream="payment"}'
     assert f"{success} {float(calls(sidecar)['success'])}" in metrics

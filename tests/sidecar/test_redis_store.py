@@ -32,12 +32,12 @@ def test_replicas_share_the_breaker(sidecar_factory: Any, redis_server: Any) -> 
         ]
         # The trip reaches the other replica through Redis; wait for it (deadline only).
         deadline = time.monotonic() + 15
-        while second.status()["breakers"]["ledger"]["state"] != "open":
+        while second.status()["breakers"]["ledger"]["state"] != "OPEN":
             assert time.monotonic() < deadline, "the second replica never saw the trip"
             time.sleep(0.05)
         rejected = client.get(second.url("outbound") + "/ledger/x")
     assert rejected.status_code == 503
-    assert rejected.json()["circuitState"] == "open"
+    assert rejected.json()["circuitState"] == "OPEN"
     assert second.status()["breakers"]["ledger"]["calls"]["connect"] == 0
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import grpc
 import pytest
+from google.rpc import code_pb2, error_details_pb2
+from grpc_status import rpc_status
 
 from cascadebreaker import State
 from cascadebreaker.sidecar.config import HostPort
@@ -250,7 +252,7 @@ async def test_cascade_refusal_carries_the_cause_chain(grpc_sidecar: GrpcSidecar
         pb.CallRequest(upstream="payment", path="/v1/ok/12", serving_endpoint="POST /v1/orders")
     )
     assert ok.status == 200
-    assert hook.seen == [("GET /v1/ok/{id}", "POST /v1/orders")]
+    assert hook.seen == [("GET /v1/ok/{id}", "checkout POST /v1/orders")]  # as the header says
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await grpc_sidecar.stub.Call(
             pb.CallRequest(upstream="payment", method="POST", path="/doomed")
@@ -285,3 +287,52 @@ async def test_a_disabled_listener_starts_nothing(grpc_sidecar: GrpcSidecar) -> 
     config = grpc_sidecar.runtime.config
     off = config.model_copy(update={"listen": config.listen.model_copy(update={"grpc": None})})
     assert await start_grpc_server(off, grpc_sidecar.runtime) is None
+
+
+async def test_serving_endpoint_teaches_the_edge_like_the_header(
+    grpc_sidecar: GrpcSidecar,
+) -> None:
+    """Regression (issue 9): `CallRequest.serving_endpoint` was accepted and taught nothing."""
+    runtime = grpc_sidecar.runtime
+    ok = await grpc_sidecar.stub.Call(
+        pb.CallRequest(upstream="payment", path="/v1/ok/12", serving_endpoint="POST /v1/orders")
+    )
+    assert ok.status == 200
+    edges = runtime.status()["cascade"]["edges"]
+    assert {"caller": "checkout POST /v1/orders", "callee": "payment GET /v1/ok/{id}"} in [
+        {"caller": e["caller"], "callee": e["callee"]} for e in edges
+    ]
+
+
+async def test_a_refusal_is_a_rich_error_with_the_chain_check_reports(
+    grpc_sidecar: GrpcSidecar,
+) -> None:
+    """An open breaker's refusal: google.rpc.Status (ErrorInfo + RetryInfo) in
+    grpc-status-details-bin, and the same cause chain as Check at that moment."""
+    stub = grpc_sidecar.stub
+    for _ in range(2):
+        await stub.Call(pb.CallRequest(upstream="payment", path="/status/500"))
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Call(pb.CallRequest(upstream="payment", path="/"))
+    check = await stub.Check(pb.CheckRequest(upstream="payment"))
+    status = rpc_status.from_call(caught.value)
+    assert status is not None and status.code == code_pb2.UNAVAILABLE
+    info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+    kinds = [d.TypeName() for d in status.details]
+    assert kinds == ["google.rpc.ErrorInfo", "google.rpc.RetryInfo"]
+    status.details[0].Unpack(info)
+    status.details[1].Unpack(retry)
+    assert (info.reason, info.domain) == ("CIRCUIT_OPEN", "cascadebreaker")
+    meta = dict(info.metadata)
+    assert (meta["upstream"], meta["circuitState"], meta["reasonCode"]) == (
+        "payment",
+        "OPEN",
+        "circuit_open",
+    )
+    assert 0 < float(meta["retryAfter"]) <= 30
+    assert json.loads(meta["causeChain"]) == [{"endpoint": "payment * *", "reason": "circuit_open"}]
+    assert 0 < retry.retry_delay.ToMilliseconds() <= 30_000
+    rejection = pb.Rejection.FromString(_trailer(caught.value, REJECTION_METADATA))
+    chain = [(c.service, c.endpoint, c.reason) for c in rejection.cause_chain]
+    assert chain == [("payment", "* *", "circuit_open")]
+    assert chain == [(c.service, c.endpoint, c.reason) for c in check.cause_chain]

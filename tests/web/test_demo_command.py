@@ -85,7 +85,7 @@ def test_the_json_api_answers_the_503_contract_while_open(against: WebDemoProces
     assert (failed.status_code, failed.json()["error"]) == (502, "upstream_error")
     assert rejected.status_code == 503
     assert 1 <= int(rejected.headers["retry-after"]) <= 60
-    assert rejected.json()["state"] == "OPEN"
+    assert rejected.json()["circuitState"] == "OPEN"
     page = against.http.get(against.url)  # the Inertia page stays a 200
     assert page.status_code == 200
 

@@ -56,9 +56,10 @@ def assert_rejection(status: int, headers: Any, body: dict[str, Any]) -> None:
     assert headers["content-type"] == "application/json"
     assert headers["x-ccb-rejected"] == "ledger-api"
     assert 1 <= int(headers["retry-after"]) <= 30
-    assert body["error"] == "circuit_open"
-    assert (body["breaker"], body["state"]) == ("ledger-api", "OPEN")
-    assert 0 < body["retry_after"] <= 30.0
+    assert body["reasonCode"] == "circuit_open"
+    assert (body["breaker"], body["circuitState"]) == ("ledger-api", "OPEN")
+    assert 0 < body["retryAfter"] <= 30.0
+    assert body["causeChain"] == [{"endpoint": "ledger-api * *", "reason": "circuit_open"}]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -94,7 +95,7 @@ def test_a_forced_open_breaker_has_no_retry_after() -> None:
 
     assert response.status_code == 503
     assert "retry-after" not in response.headers
-    assert response.json()["retry_after"] is None
+    assert response.json()["retryAfter"] is None
 
 
 @pytest.mark.parametrize("path", ["/broken", "/async-broken"])

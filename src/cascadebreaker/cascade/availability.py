@@ -32,6 +32,7 @@ from cascadebreaker.cascade.updates import (
     sign,
     verify,
 )
+from cascadebreaker.contract import CAUSE_CHAIN, EXPIRES_AT, Reason
 
 __all__ = ["AvailabilityTable", "Propagation", "Target", "Unavailability"]
 
@@ -132,7 +133,7 @@ class AvailabilityTable:
     # -- inputs ---------------------------------------------------------------------------
 
     def breaker_opened(
-        self, target: Target, retry_after: float, reason: str = "circuit open"
+        self, target: Target, retry_after: float, reason: str = Reason.CIRCUIT_OPEN.value
     ) -> tuple[AvailabilityUpdate, ...]:
         """This sidecar's breaker for `target` opened (or was refreshed) for `retry_after` s."""
         ttl = min(retry_after, self._max_ttl)
@@ -160,7 +161,11 @@ class AvailabilityTable:
         return self._propagate((target,), now, seeds_are_callees=True)
 
     def breaker_transition(
-        self, target: Target, to_state: str, retry_after: float = 0.0, reason: str = "circuit open"
+        self,
+        target: Target,
+        to_state: str,
+        retry_after: float = 0.0,
+        reason: str = Reason.CIRCUIT_OPEN.value,
     ) -> tuple[AvailabilityUpdate, ...]:
         """Apply a breaker transition by state name (`OPEN`, `HALF_OPEN`, `CLOSED`)."""
         if str(to_state).upper() == "OPEN":
@@ -345,9 +350,9 @@ class AvailabilityTable:
             "unavailable": [
                 {
                     "endpoint": str(e),
-                    "cause_chain": chain_to_list(u.cause_chain),
-                    "expires_in": round(max(u.deadline - now, 0.0), 3),
-                    "expires_at": round(wall + max(u.deadline - now, 0.0), 3),
+                    CAUSE_CHAIN: chain_to_list(u.cause_chain),
+                    "expiresIn": round(max(u.deadline - now, 0.0), 3),
+                    EXPIRES_AT: round(wall + max(u.deadline - now, 0.0), 3),
                 }
                 for e, u in self.unavailable().items()
             ],

@@ -3,16 +3,19 @@
 Wire form (JSON object, the same over gRPC, Redis pub/sub and HTTP):
 
     {"service": "checkout", "endpoint": "checkout POST /v1/orders", "available": false,
-     "cause_chain": [{"endpoint": "payment POST /v1/charges", "reason": "circuit open"},
-                     {"endpoint": "checkout POST /v1/orders", "reason": "requires payment ..."}],
-     "expires_at": 1764442586.123, "version": 1764442566123456, "instance": "checkout-7d9f-x2",
+     "causeChain": [{"endpoint": "payment POST /v1/charges", "reason": "circuit_open"},
+                    {"endpoint": "checkout POST /v1/orders", "reason": "requires payment ..."}],
+     "expiresAt": 1764442586.123, "version": 1764442566123456, "instance": "checkout-7d9f-x2",
      "signature": "<hex>"}
 
 `instance` names the replica (pod name or host:port) whose sidecar saw the change; it is left
 out when empty, so an update from a sender that predates it reads as the one anonymous
-instance of its service, and its canonical bytes (and signature) are the same as before.
+instance of its service.
 
-`expires_at` is absolute unix wall time (seconds, millisecond precision): relays over several
+Keys are the contract's camelCase; the old `cause_chain` and `expires_at` are still read (and a
+signature over the old canonical form still verifies), never written.
+
+`expiresAt` is absolute unix wall time (seconds, millisecond precision): relays over several
 hops and a Redis channel keep the root's single deadline instead of adding transit time per hop,
 and a captured update cannot be replayed past it. Receivers clamp it to a maximum TTL so a host
 with a skewed clock cannot pin an endpoint down for long. The HMAC covers `canonical_bytes`.
@@ -31,6 +34,7 @@ from enum import StrEnum
 from typing import Any
 
 from cascadebreaker.cascade.endpoints import Endpoint
+from cascadebreaker.contract import CAUSE_CHAIN, EXPIRES_AT
 
 __all__ = [
     "AvailabilityUpdate",
@@ -52,8 +56,8 @@ _FIELDS = frozenset(
         "service",
         "endpoint",
         "available",
-        "cause_chain",
-        "expires_at",
+        CAUSE_CHAIN,
+        EXPIRES_AT,
         "version",
         "instance",
         "signature",
@@ -62,6 +66,8 @@ _FIELDS = frozenset(
 _OPTIONAL = frozenset({"instance", "signature"})
 # A pod name (DNS label), a host name, or host:port (IPv6 in brackets).
 _INSTANCE = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
+# Old spellings, read for one release: new key -> old key.
+_OLD_FIELDS = {CAUSE_CHAIN: "cause_chain", EXPIRES_AT: "expires_at"}
 _MAX_CHAIN = 64
 _MAX_REASON = 200
 # The protobuf wire carries versions as uint64 and expiry as uint64 milliseconds: the JSON wire
@@ -100,11 +106,11 @@ def chain_to_list(chain: CauseChain) -> list[dict[str, str]]:
 def chain_from_list(items: Any) -> CauseChain:
     """Parse a cause chain list; raises MalformedUpdate."""
     if not isinstance(items, list) or len(items) > _MAX_CHAIN:
-        raise MalformedUpdate(f"cause_chain must be a list of at most {_MAX_CHAIN} items")
+        raise MalformedUpdate(f"causeChain must be a list of at most {_MAX_CHAIN} items")
     chain = []
     for item in items:
         if not isinstance(item, dict) or set(item) != {"endpoint", "reason"}:
-            raise MalformedUpdate("cause_chain items must be {endpoint, reason}")
+            raise MalformedUpdate("causeChain items must be {endpoint, reason}")
         reason = item["reason"]
         if not isinstance(reason, str) or len(reason) > _MAX_REASON:
             raise MalformedUpdate("cause reason must be a string of at most 200 chars")
@@ -161,9 +167,9 @@ class AvailabilityUpdate:
         if self.version > _MAX_VERSION:
             return "version must be below 2^64"
         if not self.expires_at > 0:  # NaN too
-            return "expires_at must be positive unix time"
+            return "expiresAt must be positive unix time"
         if not self.expires_at < _MAX_EXPIRES_AT:
-            return f"expires_at must be below {_MAX_EXPIRES_AT:g}"
+            return f"expiresAt must be below {_MAX_EXPIRES_AT:g}"
         if self.instance and not _INSTANCE.fullmatch(self.instance):
             return "instance must be 1-253 chars of letters, digits and . _ : - [ ]"
         if self.signature and not _SIGNATURE.fullmatch(self.signature):
@@ -200,8 +206,8 @@ class AvailabilityUpdate:
             "service": self.service,
             "endpoint": str(self.endpoint),
             "available": self.available,
-            "cause_chain": chain_to_list(self.cause_chain),
-            "expires_at": self.expires_at,
+            CAUSE_CHAIN: chain_to_list(self.cause_chain),
+            EXPIRES_AT: self.expires_at,
             "version": self.version,
         }
         if self.instance:
@@ -214,6 +220,7 @@ class AvailabilityUpdate:
         """Parse the wire form; raises MalformedUpdate with the reason."""
         if not isinstance(data, Mapping):
             raise MalformedUpdate("update must be an object")
+        data = _new_spelling(data)
         missing = (_FIELDS - _OPTIONAL) - set(data)
         if missing:
             raise MalformedUpdate(f"missing fields: {sorted(missing)}")
@@ -221,7 +228,7 @@ class AvailabilityUpdate:
         if unknown:
             raise MalformedUpdate(f"unknown fields: {sorted(unknown)}")
         service, available = data["service"], data["available"]
-        expires_at, version = data["expires_at"], data["version"]
+        expires_at, version = data[EXPIRES_AT], data["version"]
         signature = data.get("signature", "")
         instance = data.get("instance", "")
         if not isinstance(service, str) or not isinstance(available, bool):
@@ -231,11 +238,11 @@ class AvailabilityUpdate:
         if version > _MAX_VERSION:
             raise MalformedUpdate("version must be below 2^64")
         if isinstance(expires_at, bool) or not isinstance(expires_at, int | float):
-            raise MalformedUpdate("expires_at must be a number")
+            raise MalformedUpdate("expiresAt must be a number")
         if isinstance(expires_at, int) and expires_at >= _MAX_EXPIRES_AT:
-            raise MalformedUpdate(f"expires_at must be below {_MAX_EXPIRES_AT:g}")  # no float()
+            raise MalformedUpdate(f"expiresAt must be below {_MAX_EXPIRES_AT:g}")  # no float()
         if not math.isfinite(expires_at):  # JSON allows NaN and Infinity
-            raise MalformedUpdate("expires_at must be a finite number")
+            raise MalformedUpdate("expiresAt must be a finite number")
         if not isinstance(signature, str):
             raise MalformedUpdate("signature must be a string")
         if not isinstance(instance, str):
@@ -246,7 +253,7 @@ class AvailabilityUpdate:
             service=service,
             endpoint=_endpoint(data["endpoint"]),
             available=available,
-            cause_chain=chain_from_list(data["cause_chain"]),
+            cause_chain=chain_from_list(data[CAUSE_CHAIN]),
             expires_at=_ms(float(expires_at)),
             version=version,
             signature=signature,
@@ -269,6 +276,21 @@ class AvailabilityUpdate:
         except (ValueError, UnicodeDecodeError) as exc:
             raise MalformedUpdate(f"not JSON: {exc}") from exc
         return cls.from_dict(data)
+
+
+def _new_spelling(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`data` with old keys (`cause_chain`, `expires_at`) renamed; both spellings of one key
+    at once are malformed (which one would the signature cover?)."""
+    old = [key for key in _OLD_FIELDS.values() if key in data]
+    if not old:
+        return data
+    renamed = dict(data)
+    for new, key in _OLD_FIELDS.items():
+        if key in renamed:
+            if new in renamed:
+                raise MalformedUpdate(f"both {new} and its old spelling {key}")
+            renamed[new] = renamed.pop(key)
+    return renamed
 
 
 def _utf8(text: str) -> bool:
@@ -297,18 +319,23 @@ def _ms(t: float) -> float:
     return round(t * 1000) / 1000
 
 
-def canonical_bytes(update: AvailabilityUpdate) -> bytes:
-    """The bytes the HMAC covers: the wire form without `signature`, sorted keys, no spaces,
-    UTF-8, with `expires_at` as integer milliseconds so any language reproduces it exactly.
-    `instance` is covered when present (nobody can move a replica's report to another)."""
+def canonical_bytes(update: AvailabilityUpdate, *, legacy: bool = False) -> bytes:
+    """The bytes the HMAC covers (docs/contract.md): the wire form without `signature`, keys
+    sorted by code point, no spaces, UTF-8 (no escapes but the ones JSON requires), with
+    `expiresAt` as integer milliseconds so any language reproduces it exactly. `instance` is
+    covered when present (nobody can move a replica's report to another). `legacy`: the form
+    before the contract (`cause_chain`, `expires_at`), still accepted by `verify`."""
     body = update.to_dict()
     del body["signature"]
-    body["expires_at"] = round(update.expires_at * 1000)
+    body[EXPIRES_AT] = round(update.expires_at * 1000)
+    if legacy:
+        for new, old in _OLD_FIELDS.items():
+            body[old] = body.pop(new)
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _mac(update: AvailabilityUpdate, secret: bytes) -> str:
-    return hmac.new(secret, canonical_bytes(update), hashlib.sha256).hexdigest()
+def _mac(update: AvailabilityUpdate, secret: bytes, legacy: bool = False) -> str:
+    return hmac.new(secret, canonical_bytes(update, legacy=legacy), hashlib.sha256).hexdigest()
 
 
 def sign(update: AvailabilityUpdate, secret: bytes) -> AvailabilityUpdate:
@@ -327,7 +354,10 @@ def verify_signature(update: AvailabilityUpdate, secret: bytes | None) -> Verdic
         return Verdict.UNSIGNED
     if not _SIGNATURE.fullmatch(update.signature):  # compare_digest refuses non-ASCII text
         return Verdict.BAD_SIGNATURE
-    if not hmac.compare_digest(update.signature, _mac(update, secret)):
+    # A sender from before the contract signed the old spelling (accepted for one release).
+    if not hmac.compare_digest(update.signature, _mac(update, secret)) and not hmac.compare_digest(
+        update.signature, _mac(update, secret, legacy=True)
+    ):
         return Verdict.BAD_SIGNATURE
     return Verdict.ACCEPTED
 

@@ -7,15 +7,17 @@
 The Status travels in the `grpc-status-details-bin` trailer, as every gRPC library's
 "rich error" helpers expect (Go `status.FromError`, Java `StatusProto.fromThrowable`, Python
 `grpc_status.rpc_status.from_call`). Code UNAVAILABLE; details:
-- `google.rpc.ErrorInfo{reason: "CIRCUIT_OPEN", domain: "cascadebreaker",
-  metadata: {breaker, state, reason: "circuit_open", retryAfter}}` (ErrorInfo reasons are
-  UPPER_SNAKE_CASE by the standard; `metadata.reason` is the word the HTTP body uses);
+- `google.rpc.ErrorInfo{reason: "CIRCUIT_OPEN" | "FORCED_OPEN" | "PROBE_BUDGET",
+  domain: "cascadebreaker", metadata: {breaker, circuitState, reasonCode, retryAfter,
+  causeChain}}` (ErrorInfo reasons are UPPER_SNAKE_CASE by AIP-193; the metadata carries the
+  words of the HTTP body unchanged: `reasonCode: circuit_open`; docs/contract.md);
 - `google.rpc.RetryInfo{retry_delay}` when the circuit will admit a probe (absent when forced
   open: there is no time to promise).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,13 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from .. import contract
+from ..contract import (
+    Reason,
+    pick,
+    refusal_reason,
+    whole_service,
+)
 from ..errors import CircuitOpenError
 
 __all__ = [
@@ -39,15 +48,27 @@ __all__ = [
 
 DOMAIN = "cascadebreaker"
 ERROR_REASON = "CIRCUIT_OPEN"
+# Every ErrorInfo.reason of a refusal: the reasonCode upper-cased.
+_REASONS = frozenset(
+    r.value.upper() for r in (Reason.CIRCUIT_OPEN, Reason.FORCED_OPEN, Reason.PROBE_BUDGET)
+) | {Reason.CASCADE.value.upper()}
 
 
 def rejection_status(error: CircuitOpenError) -> status_pb2.Status:
     """The `google.rpc.Status` for a rejection: UNAVAILABLE, ErrorInfo, RetryInfo if finite."""
     retry = error.retry_after
-    metadata = {"breaker": error.name, "state": error.state.value, "reason": "circuit_open"}
+    reason = refusal_reason(error.reason)
+    chain = [{"endpoint": whole_service(error.name), "reason": reason.value}]
+    metadata = {
+        "breaker": error.name,
+        contract.CIRCUIT_STATE: error.state.value,
+        contract.REASON_CODE: reason.value,
+    }
     if not math.isinf(retry):
-        metadata["retryAfter"] = f"{retry:.3f}"
-    details = [error_details_pb2.ErrorInfo(reason=ERROR_REASON, domain=DOMAIN, metadata=metadata)]
+        metadata[contract.RETRY_AFTER] = f"{retry:.3f}"
+    metadata[contract.CAUSE_CHAIN] = json.dumps(chain, separators=(",", ":"))
+    upper = reason.value.upper()
+    details = [error_details_pb2.ErrorInfo(reason=upper, domain=DOMAIN, metadata=metadata)]
     if not math.isinf(retry):
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(max(0, math.ceil(retry * 1e9)))
@@ -92,9 +113,11 @@ def parse_rejection(call: Any) -> RejectionDetails | None:
             retry = error_details_pb2.RetryInfo()
             holder.Unpack(retry)
             retry_after = retry.retry_delay.ToNanoseconds() / 1e9
-    if info is None or info.domain != DOMAIN or info.reason != ERROR_REASON:
+    if info is None or info.domain != DOMAIN or info.reason not in _REASONS:
         return None
-    return RejectionDetails(info.metadata["breaker"], info.metadata["state"], retry_after)
+    meta = info.metadata
+    name = meta.get("breaker") or meta.get("upstream", "")
+    return RejectionDetails(name, str(pick(meta, contract.CIRCUIT_STATE, "")), retry_after)
 
 
 _DETAILS_KEY = "grpc-status-details-bin"
@@ -121,5 +144,5 @@ def is_refusal(trailing_metadata: Any) -> bool:
             if holder.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
                 info = error_details_pb2.ErrorInfo()
                 holder.Unpack(info)
-                return bool(info.domain == DOMAIN and info.reason == ERROR_REASON)
+                return bool(info.domain == DOMAIN and info.reason in _REASONS)
     return False

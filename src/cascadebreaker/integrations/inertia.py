@@ -19,7 +19,8 @@ of the first visit) and `guarded_deferred` (fetched by the client right after it
 inertia-django's prop classes. The value never raises for an upstream failure:
 
     {"data": ..., "isDegraded": bool, "circuitState": "CLOSED" | "OPEN" | "HALF_OPEN",
-     "reason": None | "circuit_open" | "upstream_error" | "failed_result",
+     "reasonCode": None | "circuit_open" | "upstream_error" | "failed_result",
+     "reason": the same code (kept for pages written before reasonCode),
      "retryAfter": seconds until the circuit admits a probe (0.0 when it admits calls,
                    None when it is forced open), "stale": bool, "asOf": epoch seconds | None}
 
@@ -37,7 +38,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
+from .. import contract
 from ..breaker import CircuitBreaker
+from ..contract import Reason
 from ..degraded import FallbackReason
 
 if typing.TYPE_CHECKING:
@@ -56,10 +59,10 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-# Reason codes of a degraded prop (snake_case, like the sidecar's rejection reasons).
-REASON_CIRCUIT_OPEN = "circuit_open"  # rejected without calling: OPEN, or half-open probes busy
-REASON_UPSTREAM_ERROR = "upstream_error"  # the call ran and raised a failure
-REASON_FAILED_RESULT = "failed_result"  # the call returned a value the breaker counts as failed
+# Reason codes of a degraded prop: the contract's (the same words as the sidecar's rejections).
+REASON_CIRCUIT_OPEN = Reason.CIRCUIT_OPEN  # rejected unrun: OPEN, or half-open probes busy
+REASON_UPSTREAM_ERROR = Reason.UPSTREAM_ERROR  # the call ran and raised a failure
+REASON_FAILED_RESULT = Reason.FAILED_RESULT  # the call returned a value counted as failed
 
 
 class StaleCache:
@@ -186,7 +189,7 @@ def _prop(
     data: Any,
     degraded: bool,
     state: str,
-    reason: str | None,
+    reason: Reason | None,
     retry_after: float | None,
     stale: bool,
     as_of: float | None,
@@ -195,7 +198,8 @@ def _prop(
         "data": data,
         "isDegraded": degraded,
         "circuitState": state,
-        "reason": reason,
+        contract.REASON_CODE: None if reason is None else reason.value,
+        "reason": None if reason is None else reason.value,
         "retryAfter": retry_after,
         "stale": stale,
         "asOf": None if as_of is None else round(as_of, 3),

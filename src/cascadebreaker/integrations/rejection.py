@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import math
 
+from ..contract import refusal_reason, whole_service
+from ..contract import rejection_body as contract_body
 from ..errors import CircuitOpenError
 
 __all__ = ["REJECTED_HEADER", "rejection_body", "rejection_headers"]
@@ -26,16 +28,18 @@ def rejection_headers(error: CircuitOpenError) -> dict[str, str]:
 
 
 def rejection_body(error: CircuitOpenError) -> bytes:
-    """The JSON body: error, breaker, state, retry_after (null when forced open), reason (a
-    Reason code: why it is open) and scope (local: this process alone; shared: the fleet)."""
-    retry = error.retry_after
-    return json.dumps(
-        {
-            "error": "circuit_open",
-            "breaker": error.name,
-            "state": error.state.value,
-            "retry_after": None if math.isinf(retry) else round(retry, 3),
-            "reason": error.reason or None,
-            "scope": error.scope.value,
-        }
-    ).encode()
+    """The contract's rejection body (docs/contract.md): error, reasonCode, circuitState,
+    retryAfter (null when forced open), causeChain (the breaker as its root), breaker, and
+    trippedBy (the Reason code that opened it) and scope (local: this process; shared: fleet)."""
+    reason = refusal_reason(error.reason)
+    body = contract_body(
+        error=f"circuit {error.state.value}",
+        reason=reason,
+        state=error.state,
+        retry_after=error.retry_after,
+        cause_chain=[{"endpoint": whole_service(error.name), "reason": reason.value}],
+        breaker=error.name,
+    )
+    body["trippedBy"] = error.reason or None
+    body["scope"] = error.scope.value
+    return json.dumps(body).encode()

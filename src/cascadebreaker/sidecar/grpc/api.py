@@ -5,7 +5,9 @@ HTTP listener (hooks and the cascade, breaker, retries and their budget, stats, 
 pool); this module only maps requests and errors::
 
     UnknownUpstream      -> NOT_FOUND
-    CallRejected         -> UNAVAILABLE + trailing `ccb-rejection-bin` (a serialized Rejection)
+    CallRejected         -> UNAVAILABLE + `grpc-status-details-bin` (google.rpc.Status with
+                            ErrorInfo + RetryInfo, status.py) and `ccb-rejection-bin` (a
+                            serialized Rejection, kept for one release)
     UpstreamTimeout      -> DEADLINE_EXCEEDED + `ccb-upstream-error: timeout`
     other UpstreamError  -> UNAVAILABLE + `ccb-upstream-error: connect|reset|protocol|error`
     BadArgument          -> INVALID_ARGUMENT
@@ -47,6 +49,7 @@ from cascadebreaker.sidecar.grpc.messages import (
 )
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc as pb_grpc
+from cascadebreaker.sidecar.grpc.status import STATUS_DETAILS_METADATA, rejection_status
 from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import RouteResolver
@@ -73,6 +76,7 @@ log = logging.getLogger("cascadebreaker.sidecar.grpc")
 class CallRuntime(Protocol):
     """What the gRPC API needs from the sidecar (`SidecarRuntime` provides it)."""
 
+    service: str
     route_resolver: RouteResolver
     availability: AvailabilityView | None
     update_source: UpdateSource | None
@@ -131,7 +135,9 @@ class SidecarService:
         if route is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
         if request.serving_endpoint:
-            headers.append((SERVING_ENDPOINT_HEADER, request.serving_endpoint))
+            # The header names the service too (`checkout POST /v1/orders`); the field does not.
+            serving = f"{self.runtime.service} {request.serving_endpoint}"
+            headers.append((SERVING_ENDPOINT_HEADER, serving))
         try:
             response = await self.runtime.call(
                 upstream,
@@ -146,11 +152,16 @@ class SidecarService:
         except CallRejected as exc:
             rejection = exc.rejection
             message = rejection_to_proto(upstream, rejection.body, rejection.retry_after)
+            details = f"{upstream}: {rejection.body.get('error', 'rejected')}"
+            status = rejection_status(details, rejection.body)
             await _abort(
                 context,
                 grpc.StatusCode.UNAVAILABLE,
-                f"{upstream}: {rejection.body.get('error', 'rejected')}",
-                trailing_metadata=((REJECTION_METADATA, message.SerializeToString()),),
+                details,
+                trailing_metadata=(
+                    (STATUS_DETAILS_METADATA, status.SerializeToString()),
+                    (REJECTION_METADATA, message.SerializeToString()),  # the pre-contract form
+                ),
             )
         except UpstreamTimeout as exc:
             await _abort(

@@ -13,6 +13,15 @@ from typing import Any
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.updates import AvailabilityUpdate, Cause, CauseChain
+from cascadebreaker.contract import (
+    CAUSE_CHAIN,
+    CIRCUIT_STATE,
+    REASON_CODE,
+    RETRY_AFTER,
+    State,
+    parse_state,
+    pick,
+)
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 
 __all__ = [
@@ -46,10 +55,10 @@ _BAD_VALUE = re.compile(r"[\x00\r\n]")
 _BAD_PATH = re.compile(r"[\x00-\x20\x7f]")
 _MAX_PATH = 8192
 _MAX_HEADERS = 100
-_STATES: dict[str, pb.CircuitState] = {
-    "closed": pb.CIRCUIT_STATE_CLOSED,
-    "open": pb.CIRCUIT_STATE_OPEN,
-    "half_open": pb.CIRCUIT_STATE_HALF_OPEN,
+_STATES: dict[State, pb.CircuitState] = {
+    State.CLOSED: pb.CIRCUIT_STATE_CLOSED,
+    State.OPEN: pb.CIRCUIT_STATE_OPEN,
+    State.HALF_OPEN: pb.CIRCUIT_STATE_HALF_OPEN,
 }
 
 
@@ -111,8 +120,12 @@ def _latin1(value: str) -> bool:
 
 
 def circuit_state(state: Any) -> pb.CircuitState:
-    """A core `State` (or its string value) as the CircuitState enum number."""
-    return _STATES.get(str(getattr(state, "value", state)).lower(), pb.CIRCUIT_STATE_UNSPECIFIED)
+    """A core `State` (or any spelling of it) as the CircuitState enum number."""
+    try:
+        name = parse_state(getattr(state, "value", state))
+    except ValueError:
+        return pb.CIRCUIT_STATE_UNSPECIFIED
+    return _STATES[name]
 
 
 def retry_after_ms(seconds: float) -> int:
@@ -153,14 +166,19 @@ def _causes_from_json(items: Any) -> list[Any]:
 
 def rejection_to_proto(upstream: str, body: Mapping[str, Any], retry_after: float | None) -> Any:
     """A sidecar rejection (the JSON body of its 503) as a `Rejection` message."""
-    chain = body.get("causeChain", body.get("cause_chain"))
-    seconds = retry_after if retry_after is not None else float(body.get("retryAfter") or 0.0)
+    chain = pick(body, CAUSE_CHAIN)
+    if retry_after is None:  # null retryAfter: forced open, only an operator closes it
+        retry = pick(body, RETRY_AFTER)
+        seconds = float("inf") if retry is None else float(retry)
+    else:
+        seconds = retry_after
     return pb.Rejection(
         upstream=str(body.get("upstream") or upstream),
-        circuit_state=circuit_state(body.get("circuitState", "")),
+        circuit_state=circuit_state(pick(body, CIRCUIT_STATE, "")),
         retry_after_ms=retry_after_ms(seconds),
         cause_chain=_causes_from_json(chain),
-        reason="circuit_open" if body.get("error") == "circuit open" else "cascade",
+        # A hook's body without a reasonCode refused by its own rule: a cascade refusal.
+        reason=str(pick(body, REASON_CODE, "") or "cascade"),
     )
 
 

@@ -19,6 +19,13 @@ from urllib.parse import parse_qs
 from cascadebreaker import State
 from cascadebreaker.cascade import Cause, Endpoint
 from cascadebreaker.cascade.updates import chain_to_list
+from cascadebreaker.contract import (
+    CAUSE_CHAIN,
+    CIRCUIT_STATE,
+    RETRY_AFTER,
+    json_seconds,
+    refusal_reason,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -56,17 +63,20 @@ def availability_route(node: CascadeNode) -> Callable[[str], tuple[int, dict[str
         if upstream is not None and not chain:
             breaker = node.runtime.routes[upstream].breaker
             if breaker is not None and breaker.state is State.OPEN and breaker.retry_after > 0:
-                chain = (Cause(Endpoint.service_wide(upstream), "circuit open"),)
+                reason = refusal_reason(breaker.snapshot().reason)
+                chain = (Cause(Endpoint.service_wide(upstream), reason.value),)
                 wait = breaker.retry_after
         share = node.instances(endpoint)
-        return 200, {
-            "endpoint": str(endpoint),
-            "available": not chain,
-            "availableFraction": round(share.fraction, 4),
-            "liveInstances": share.live,
-            "causeChain": chain_to_list(chain),
-            "retryAfter": round(wait, 3),
-        }
+        answer = {"endpoint": str(endpoint), "available": not chain}
+        answer["availableFraction"] = round(share.fraction, 4)
+        answer["liveInstances"] = share.live
+        if upstream is not None:
+            breaker = node.runtime.routes[upstream].breaker
+            if breaker is not None:
+                answer[CIRCUIT_STATE] = breaker.state.value
+        answer[CAUSE_CHAIN] = chain_to_list(chain)
+        answer[RETRY_AFTER] = json_seconds(wait) if chain else 0.0
+        return 200, answer
 
     return answer
 

@@ -27,6 +27,7 @@ from cascadebreaker.cascade import (
     Unavailability,
 )
 from cascadebreaker.cascade.updates import chain_to_list
+from cascadebreaker.contract import Reason, rejection_body
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
 from cascadebreaker.sidecar.proxy.hooks import CAUSE_HEADER, Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.refusals import (
@@ -69,20 +70,29 @@ class _Sent(NamedTuple):
 
 
 class CascadeRejection(Rejection):
-    """A 503 for an unavailable endpoint: the cause chain in `ccb-cause` and in the body."""
+    """A 503 for an unavailable endpoint (the contract's body, reasonCode `cascade`): the cause
+    chain in `ccb-cause` and in the body."""
 
     __slots__ = ("cause",)
 
     def __init__(
         self,
-        body: dict[str, Any],
+        error: str,
+        names: dict[str, str],
         unavailability: Unavailability,
         wall: float,
         refusal: bytes | None = None,
+        state: State = State.CLOSED,
     ) -> None:
         wait = max(unavailability.expires_at - wall, 0.0)
-        body["causeChain"] = chain_to_list(unavailability.cause_chain)
-        body["retryAfter"] = round(wait, 3)
+        body = rejection_body(
+            error=error,
+            reason=Reason.CASCADE,
+            state=state,
+            retry_after=wait,
+            cause_chain=chain_to_list(unavailability.cause_chain),
+            **names,
+        )
         super().__init__(body, 503, wait, refusal)
         # Root first, comma separated: `payment * *, checkout POST /v1/orders`.
         self.cause = ", ".join(str(c.endpoint) for c in unavailability.cause_chain).encode(
@@ -227,10 +237,9 @@ class CascadeHook:
         sent_hop = get(HOP_HEADER) or ""  # what the caller's sidecar binds our refusals to
         if refusal is not None:
             self.node.refused("inbound")
-            body = {"error": "endpoint unavailable", "service": info.service}
-            body["endpoint"] = str(endpoint)
+            names = {"service": info.service, "endpoint": str(endpoint)}
             mark = seal(self.node.secret, ENDPOINT_UNAVAILABLE, sent_hop)
-            return CascadeRejection(body, refusal, self._wall(), mark)
+            return CascadeRejection("endpoint unavailable", names, refusal, self._wall(), mark)
         # The app never needs the cascade's headers; passed on, they could steer its calls.
         _strip_cascade_headers(headers)
         caller_hop = sent_hop if from_sidecar and self._signs_hops else None
@@ -273,10 +282,13 @@ class CascadeHook:
         if refusal is not None:
             self.node.refused("outbound")
             info.state = _Sent(None, trace_key, callee)  # a refused call: evidence too
-            body = {"error": "upstream endpoint unavailable", "upstream": upstream}
-            body["endpoint"] = str(callee)
+            names = {"upstream": upstream, "endpoint": str(callee)}
             mark = seal(self.runtime.refusal_key, UPSTREAM_UNAVAILABLE)
-            return CascadeRejection(body, refusal, self._wall(), mark)
+            route = self.runtime.routes.get(upstream)
+            state = route.breaker.state if route is not None and route.breaker else State.CLOSED
+            return CascadeRejection(
+                "upstream endpoint unavailable", names, refusal, self._wall(), mark, state
+            )
         if get(HOP_HEADER) is not None or get(SIDECAR_GRPC_HEADER) is not None:
             _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         token = None

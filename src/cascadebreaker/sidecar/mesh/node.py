@@ -34,6 +34,7 @@ from cascadebreaker.cascade import (
     load_secret,
 )
 from cascadebreaker.cascade.instances import InstanceCount, resolve_instance
+from cascadebreaker.contract import refusal_reason
 from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.mesh.bus import UpdateBus
@@ -224,7 +225,8 @@ class CascadeNode:
 
     def _breaker_moved(self, upstream: Target, breaker: CircuitBreaker, to_state: str) -> None:
         retry_after = breaker.retry_after if to_state.upper() == "OPEN" else 0.0
-        self.send(self.table.breaker_transition(upstream, to_state, retry_after))
+        reason = refusal_reason(breaker.snapshot().reason).value  # circuit_open | forced_open
+        self.send(self.table.breaker_transition(upstream, to_state, retry_after, reason))
 
     def _from_peer(self, update: AvailabilityUpdate, address: str) -> Verdict:
         self.stats["received_watch"] += 1

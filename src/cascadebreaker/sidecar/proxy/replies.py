@@ -7,9 +7,10 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cascadebreaker.contract import parse_state, refusal_reason, rejection_body, whole_service
 from cascadebreaker.sidecar.http.wire import error_response
 from cascadebreaker.sidecar.proxy.hooks import Rejection
-from cascadebreaker.sidecar.proxy.refusals import CIRCUIT_OPEN, FORCED_OPEN, PROBE_BUDGET, seal
+from cascadebreaker.sidecar.proxy.refusals import seal
 
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.http.connection import ServerConnection
@@ -32,25 +33,26 @@ _DEFER_BODY_LIMIT = 65536
 
 
 def rejection_for_open_circuit(upstream: str, error: Any, key: bytes | None = None) -> Rejection:
-    """The 503 reply for an open breaker (from a CircuitOpenError), its `ccb-refusal` mark
-    sealed under `key` (the runtime's own: the reply goes to our app)."""
+    """The 503 reply for an open breaker (from a CircuitOpenError): the contract's rejection
+    body, its cause chain rooted at this breaker (as `Check` and `/availability` report it),
+    its `ccb-refusal` mark sealed under `key` (the runtime's own: the reply goes to our app)."""
     retry_after: float | None = float(getattr(error, "retry_after", 0.0) or 0.0)
     if retry_after is not None and not math.isfinite(retry_after):
         retry_after = None  # forced open: no promise of when
-    state = getattr(error, "state", "open")
-    reason = getattr(error, "reason", "")
-    code = reason if reason in (PROBE_BUDGET, FORCED_OPEN) else CIRCUIT_OPEN
-    return Rejection(
-        {
-            "error": "circuit open",
-            "upstream": upstream,
-            "circuitState": str(getattr(state, "value", state)).lower(),
-            "retryAfter": None if retry_after is None else round(retry_after, 3),
-        },
-        status=503,
+    state = getattr(error, "state", "OPEN")
+    reason = refusal_reason(str(getattr(error, "reason", "") or ""))
+    # An endpoint's own breaker (`breaker.scope: endpoint`) is named `upstream METHOD /route`.
+    name = str(getattr(error, "name", "") or upstream)
+    root = name if " " in name else whole_service(upstream)
+    body = rejection_body(
+        error="circuit open",
+        reason=reason,
+        state=parse_state(getattr(state, "value", state)),
         retry_after=retry_after,
-        refusal=seal(key, code),
+        cause_chain=[{"endpoint": root, "reason": reason.value}],
+        upstream=upstream,
     )
+    return Rejection(body, status=503, retry_after=retry_after, refusal=seal(key, reason.value))
 
 
 _UPSTREAM_ERRORS = {

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cascadebreaker import CircuitBreaker, MemoryStore
+from cascadebreaker import CircuitBreaker, MemoryStore, State
+from cascadebreaker.contract import CIRCUIT_STATE, RETRY_AFTER, json_seconds
 from cascadebreaker.sidecar.config import QuorumConfig, SidecarConfig, UpstreamConfig
 from cascadebreaker.sidecar.proxy.call import call_upstream
 from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
@@ -135,14 +136,15 @@ class SidecarRuntime:
         return route.breaker
 
     def check(self, upstream: str) -> dict[str, Any]:
-        """Whether `upstream` would be called now: {callable, state, retryAfter}."""
+        """Whether `upstream` would be called now: {upstream, callable, circuitState,
+        retryAfter}."""
         breaker = self.breaker(upstream)
-        state = breaker.state.value.lower()
+        state = breaker.state
         return {
             "upstream": upstream,
-            "callable": state != "open",
-            "state": state,
-            "retryAfter": round(breaker.retry_after, 3),
+            "callable": state is not State.OPEN,
+            CIRCUIT_STATE: state.value,
+            RETRY_AFTER: json_seconds(breaker.retry_after),
         }
 
     async def call(
@@ -168,16 +170,15 @@ class SidecarRuntime:
         breakers: dict[str, Any] = {}
         for name, route in self.routes.items():
             assert route.breaker is not None
-            snapshot = dict(route.breaker.snapshot())
-            snapshot["state"] = route.breaker.state.value.lower()
-            snapshot["retryAfter"] = round(route.breaker.retry_after, 3)
+            # The library's snapshot (state as the contract names it, retryAfter in seconds)
+            snapshot = route.breaker.snapshot().to_dict()
             snapshot["calls"] = route.stats.snapshot()
             snapshot["connections"] = {"open": route.pool.open_count, "idle": route.pool.idle_count}
             if route.endpoints is not None:
                 snapshot["endpoints"] = {
                     endpoint: {
-                        "state": breaker.state.value.lower(),
-                        "retryAfter": round(breaker.retry_after, 3),
+                        "state": breaker.state.value,
+                        RETRY_AFTER: json_seconds(breaker.retry_after),
                     }
                     for endpoint, breaker in route.endpoints.items()
                 }
