@@ -84,6 +84,10 @@ class Reason(StrEnum):
     CASCADE = "cascade"  # refused unrun: a required dependency of the endpoint is unavailable
     UPSTREAM_ERROR = "upstream_error"  # the call ran and raised a failure
     FAILED_RESULT = "failed_result"  # the call returned a value the breaker counts as failed
+    # Why an availability update says available again (besides open_wait_over, probes_succeeded
+    # and reset of the root breaker).
+    RECOVERED = "recovered"  # a dependency said available (an update without a reason)
+    GRAPH_CHANGED = "graph_changed"  # the edge to the unavailable dependency aged out or changed
 
 
 # JSON keys shared by several shapes (GuardedResult.to_dict, BreakerSnapshot.to_dict).

@@ -55,6 +55,7 @@ def test_wire_form_names_every_field() -> None:
         "causeChain",
         "expiresAt",
         "version",
+        "reason",
         "signature",
     }
 
@@ -90,7 +91,7 @@ def test_canonical_bytes_are_sorted_compact_and_exclude_the_signature() -> None:
         b'{"available":false,"causeChain":['
         b'{"endpoint":"payment POST /v1/charges","reason":"circuit open"},'
         b'{"endpoint":"checkout POST /v1/orders","reason":"requires payment POST /v1/charges"}],'
-        b'"endpoint":"checkout POST /v1/orders","expiresAt":1764000020000,'
+        b'"endpoint":"checkout POST /v1/orders","expiresAt":1764000020000,"reason":"",'
         b'"service":"checkout","version":7}'
     )
 

@@ -209,3 +209,40 @@ def test_a_peer_killed_mid_propagation(shop: Shop) -> None:
     b.wait_ready()
     wait_for(lambda: b.cascade()["subscribers"] == 1, "A re-subscribed to B (backoff)")
     wait_for(lambda: shop.call("/a") == 200, "the chain works again", deadline=20, pause=0.2)
+
+
+async def _watch_until_recovered(address: str, endpoint: str, trip: Any) -> list[Any]:
+    """Subscribe to a sidecar's Watch, run `trip` (blocking) meanwhile, and collect updates
+    of `endpoint` until one says available again."""
+    import grpc
+
+    from cascadebreaker.sidecar.grpc.client import watch_updates
+
+    seen: list[Any] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        stream = watch_updates(channel, "observer", (endpoint,), 0)
+        tripping = asyncio.create_task(asyncio.to_thread(trip))
+        async for update in stream:
+            seen.append(update)
+            if update.available and len(seen) > 1:
+                break
+        await tripping
+    return seen
+
+
+def test_a_root_that_recovers_on_its_own_says_available(shop: Shop) -> None:
+    """Watch sends available=true (reason open_wait_over) when C's breaker for D ends its open
+    wait by itself, with no call to move it to HALF_OPEN; before, callers had to track
+    expiresAt on their own."""
+    c = shop.sidecars["C"]
+    seen = asyncio.run(
+        asyncio.wait_for(
+            _watch_until_recovered(c.grpc_address, "GET /c", lambda: _trip_c(shop)), 60
+        )
+    )
+    down, up = seen[-2], seen[-1]
+    assert (down.available, down.reason) == (False, "circuit_open")
+    assert [str(x.endpoint) for x in down.cause_chain] == ["D * *", "C GET /c"]
+    assert (up.available, up.reason, up.cause_chain) == (True, "open_wait_over", ())
+    assert up.version > down.version
+    _recover(shop)

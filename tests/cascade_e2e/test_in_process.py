@@ -21,7 +21,7 @@ from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
 from cascadebreaker.sidecar.mesh.watch import WatchHub, peer_host
 from cascadebreaker.sidecar.proxy.hooks import Direction, RequestInfo
-from cascadebreaker.sidecar.proxy.ports import WatchSubscription
+from cascadebreaker.sidecar.proxy.ports import WatchEnded, WatchSubscription
 from cascadebreaker.sidecar.server import build_runtime
 
 
@@ -130,9 +130,13 @@ async def test_hub_streams_current_state_then_live_updates_with_a_filter() -> No
     got: list[int] = []
     got_other: list[int] = []
 
-    async def read(subscription: WatchSubscription, into: list[int]) -> None:
+    async def collect(subscription: WatchSubscription, into: list[int]) -> None:
         async for update in hub.source(subscription):
             into.append(update.version)
+
+    async def read(subscription: WatchSubscription, into: list[int]) -> None:
+        with pytest.raises(WatchEnded, match="shutting down: reconnect with since_version"):
+            await collect(subscription, into)
 
     tasks = [asyncio.create_task(read(local, got)), asyncio.create_task(read(other, got_other))]
     for _ in range(1000):  # both generators register on their first step
@@ -145,6 +149,9 @@ async def test_hub_streams_current_state_then_live_updates_with_a_filter() -> No
     await asyncio.gather(*tasks)
     assert got == [1, 2, 3]
     assert got_other == []
+    # A subscriber arriving while the sidecar drains is told the same at once.
+    await read(local, got)
+    assert got == [1, 2, 3]
 
 
 def test_memoised_hop_tokens_stay_bound_to_their_request_and_time() -> None:

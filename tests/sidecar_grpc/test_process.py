@@ -42,3 +42,21 @@ def test_call_trip_and_check_through_the_sidecar_process(
     assert not check.available
     assert check.circuit_state == pb.CIRCUIT_STATE_OPEN
     assert sidecar_process.stop() == 0
+
+
+def test_sigterm_ends_a_watch_stream_with_unavailable_and_the_reconnect_rule(
+    stub: sidecar_pb2_grpc.SidecarStub, sidecar_process: SidecarProcess
+) -> None:
+    """A drained sidecar ends Watch with UNAVAILABLE (every client retries it), not OK, and
+    says to reconnect with since_version."""
+    stream = stub.Watch(pb.WatchRequest(subscriber_service="observer"), timeout=60)
+    # The stream is open once the server has sent its headers.
+    assert stream.initial_metadata() is not None
+    sidecar_process.process.terminate()
+    with pytest.raises(grpc.RpcError) as caught:
+        for _ in stream:
+            pass
+    error = caught.value
+    assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert "since_version" in error.details()  # type: ignore[attr-defined]
+    assert sidecar_process.stop() == 0

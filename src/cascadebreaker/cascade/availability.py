@@ -149,16 +149,24 @@ class AvailabilityTable:
         self._roots[target] = Unavailability((Cause(target, reason),), wall + ttl, now + ttl)
         return self._propagate((target,), now, seeds_are_callees=True)
 
-    def breaker_recovered(self, target: Target) -> tuple[AvailabilityUpdate, ...]:
-        """This sidecar's breaker for `target` left OPEN (HALF_OPEN or CLOSED)."""
+    def breaker_recovered(
+        self, target: Target, reason: str = Reason.OPEN_WAIT_OVER.value
+    ) -> tuple[AvailabilityUpdate, ...]:
+        """This sidecar's breaker for `target` left OPEN (HALF_OPEN or CLOSED), or its open
+        wait is over (`open_wait_over`: it admits a probe); `reason` goes into the updates."""
         now = self._clock()
         if isinstance(target, str):
             if self._service_roots.pop(target, None) is None:
                 return _NO_UPDATES
-            return self._propagate(self._callers_of_service(target), now)
+            return self._propagate(self._callers_of_service(target), now, reason=reason)
         if self._roots.pop(target, None) is None:
             return _NO_UPDATES
-        return self._propagate((target,), now, seeds_are_callees=True)
+        return self._propagate((target,), now, seeds_are_callees=True, reason=reason)
+
+    def open_roots(self) -> list[Target]:
+        """The upstreams (and endpoints of them) whose unavailability this sidecar is the root
+        of: its own open breakers."""
+        return [*self._service_roots, *self._roots]
 
     def breaker_transition(
         self,
@@ -167,10 +175,11 @@ class AvailabilityTable:
         retry_after: float = 0.0,
         reason: str = Reason.CIRCUIT_OPEN.value,
     ) -> tuple[AvailabilityUpdate, ...]:
-        """Apply a breaker transition by state name (`OPEN`, `HALF_OPEN`, `CLOSED`)."""
+        """Apply a breaker transition by state name (`OPEN`, `HALF_OPEN`, `CLOSED`); `reason`
+        is why (a refusal code when opened, the transition's code when it left OPEN)."""
         if str(to_state).upper() == "OPEN":
             return self.breaker_opened(target, retry_after, reason)
-        return self.breaker_recovered(target)
+        return self.breaker_recovered(target, reason)
 
     def receive(self, update: AvailabilityUpdate) -> Propagation:
         """Apply an update from another sidecar: verify, then propagate to our endpoints.
@@ -198,7 +207,8 @@ class AvailabilityTable:
         report = None
         if not update.available:
             report = Unavailability(update.cause_chain, wall + ttl, now + ttl)
-        changed = self._reaggregate(self._instances.record(update, report, now + ttl), now)
+        why = update.reason or Reason.RECOVERED.value  # an unavailability says its root's
+        changed = self._reaggregate(self._instances.record(update, report, now + ttl), now, why)
         if not changed:
             return _ACCEPTED_NOTHING
         return Propagation(Verdict.ACCEPTED, changed)
@@ -250,7 +260,7 @@ class AvailabilityTable:
         return self._reaggregate(touched, now)
 
     def _reaggregate(
-        self, endpoints: Iterable[Endpoint], now: float
+        self, endpoints: Iterable[Endpoint], now: float, reason: str = Reason.RECOVERED.value
     ) -> tuple[AvailabilityUpdate, ...]:
         """Recompute the cached aggregate of `endpoints`; propagate those that changed."""
         changed: list[Endpoint] = []
@@ -265,11 +275,11 @@ class AvailabilityTable:
             changed.append(endpoint)
         if not changed:
             return _NO_UPDATES
-        return self._propagate(changed, now, seeds_are_callees=True)
+        return self._propagate(changed, now, seeds_are_callees=True, reason=reason)
 
     def graph_changed(self, callers: Iterable[Endpoint]) -> tuple[AvailabilityUpdate, ...]:
         """Re-evaluate `callers` after edges were declared, marked optional or expired."""
-        return self._propagate(tuple(callers), self._clock())
+        return self._propagate(tuple(callers), self._clock(), reason=Reason.GRAPH_CHANGED.value)
 
     def current(self, since_version: int = 0) -> list[AvailabilityUpdate]:
         """What a new `Watch` subscriber must hear about our endpoints.
@@ -288,7 +298,7 @@ class AvailabilityTable:
                     found.append(update)
             elif since_version > 0:
                 live = update.expires_at > wall
-                found.append(update if live else self._update(endpoint, None))
+                found.append(update if live else self._update(endpoint, None, update.reason))
         return found
 
     def expire_edges(self) -> tuple[AvailabilityUpdate, ...]:
@@ -417,9 +427,14 @@ class AvailabilityTable:
         return Unavailability((*best.cause_chain, link), best.expires_at, best.deadline)
 
     def _propagate(
-        self, seeds: Iterable[Endpoint], now: float, seeds_are_callees: bool = False
+        self,
+        seeds: Iterable[Endpoint],
+        now: float,
+        seeds_are_callees: bool = False,
+        reason: str = Reason.GRAPH_CHANGED.value,
     ) -> tuple[AvailabilityUpdate, ...]:
-        """Re-derive our endpoints reachable from `seeds` until nothing changes."""
+        """Re-derive our endpoints reachable from `seeds` until nothing changes; a recovery
+        this causes says `reason` (an unavailability says its root's reason)."""
         work: list[Endpoint] = []
         for seed in seeds:
             if seeds_are_callees:
@@ -438,22 +453,22 @@ class AvailabilityTable:
             budget -= 1
             endpoint = work.pop()
             current = self._derived.get(endpoint)
-            if current is not None and current.deadline <= now:
-                del self._derived[endpoint]
-                current = None
+            # An entry that just ran out still counts as the state before: a root announcing
+            # its recovery at its deadline must turn into available=true, not into silence.
+            ran_out = current is not None and current.deadline <= now
             new = self._derive(endpoint, now)
-            if new == current:
+            if new == current and not ran_out:
                 continue
             before.setdefault(endpoint, current)
             if new is None:
-                del self._derived[endpoint]
+                self._derived.pop(endpoint, None)
             else:
                 self._derived[endpoint] = new
             work.extend(c for c in self.graph.callers(endpoint) if c.service == self.service)
         if budget <= 0:
             self.counters["propagation_budget_exhausted"] += 1
         updates = tuple(
-            self._update(e, self._derived.get(e))
+            self._update(e, self._derived.get(e), reason)
             for e, old in before.items()
             if self._derived.get(e) != old
         )
@@ -464,6 +479,7 @@ class AvailabilityTable:
         self,
         endpoint: Endpoint,
         u: Unavailability | None,
+        recovered: str = "",
         available_until: float | None = None,
         remember: bool = True,
     ) -> AvailabilityUpdate:
@@ -476,10 +492,18 @@ class AvailabilityTable:
             until = wall + self._recovery_ttl if available_until is None else available_until
             expires_at = round(until * 1000) / 1000
             update = AvailabilityUpdate(
-                self.service, endpoint, True, (), expires_at, version, instance=self.instance
+                self.service,
+                endpoint,
+                True,
+                (),
+                expires_at,
+                version,
+                instance=self.instance,
+                reason=recovered,
             )
         else:
             expires_at = round(u.expires_at * 1000) / 1000
+            root = u.cause_chain[0].reason
             update = AvailabilityUpdate(
                 self.service,
                 endpoint,
@@ -488,6 +512,7 @@ class AvailabilityTable:
                 expires_at,
                 version,
                 instance=self.instance,
+                reason=root,
             )
         if self._secret is not None:
             update = sign(update, self._secret)

@@ -59,11 +59,12 @@ _FIELDS = frozenset(
         CAUSE_CHAIN,
         EXPIRES_AT,
         "version",
+        "reason",
         "instance",
         "signature",
     }
 )
-_OPTIONAL = frozenset({"instance", "signature"})
+_OPTIONAL = frozenset({"reason", "instance", "signature"})
 # A pod name (DNS label), a host name, or host:port (IPv6 in brackets).
 _INSTANCE = re.compile(r"[A-Za-z0-9._:\[\]-]{1,253}")
 # Old spellings, read for one release: new key -> old key.
@@ -155,6 +156,9 @@ class AvailabilityUpdate:
     cause_chain: CauseChain
     expires_at: float
     version: int
+    # Why it was sent, a Reason code: the root's (circuit_open...) when unavailable; what ended
+    # it (open_wait_over, probes_succeeded, reset, recovered, graph_changed) when available.
+    reason: str = ""
     signature: str = field(default="", compare=False)
     instance: str = ""  # the replica that saw it; "" = the anonymous instance (older senders)
 
@@ -176,9 +180,10 @@ class AvailabilityUpdate:
             return "signature must be 64 lowercase hex digits (or empty)"
         if len(self.cause_chain) > _MAX_CHAIN:
             return f"the cause chain is longer than {_MAX_CHAIN}"
-        if any(len(reason) > _MAX_REASON for reason in self._reasons()):
+        if any(len(reason) > _MAX_REASON for reason in (self.reason, *self._reasons())):
             return f"a cause reason is longer than {_MAX_REASON} chars"
-        if not all(map(_utf8, (self.service, str(self.endpoint), *self._reasons()))):
+        texts = (self.service, str(self.endpoint), self.reason, *self._reasons())
+        if not all(map(_utf8, texts)):
             return "text must be valid UTF-8"
         for endpoint in (self.endpoint, *(cause.endpoint for cause in self.cause_chain)):
             if not (
@@ -210,6 +215,8 @@ class AvailabilityUpdate:
             EXPIRES_AT: self.expires_at,
             "version": self.version,
         }
+        if self.reason:
+            data["reason"] = self.reason
         if self.instance:
             data["instance"] = self.instance
         data["signature"] = self.signature
@@ -231,6 +238,9 @@ class AvailabilityUpdate:
         expires_at, version = data[EXPIRES_AT], data["version"]
         signature = data.get("signature", "")
         instance = data.get("instance", "")
+        reason = data.get("reason", "")
+        if not isinstance(reason, str):
+            raise MalformedUpdate("reason must be a string")
         if not isinstance(service, str) or not isinstance(available, bool):
             raise MalformedUpdate("service must be a string and available a boolean")
         if isinstance(version, bool) or not isinstance(version, int):
@@ -256,6 +266,7 @@ class AvailabilityUpdate:
             cause_chain=chain_from_list(data[CAUSE_CHAIN]),
             expires_at=_ms(float(expires_at)),
             version=version,
+            reason=reason,
             signature=signature,
             instance=instance,
         )
@@ -322,13 +333,15 @@ def _ms(t: float) -> float:
 def canonical_bytes(update: AvailabilityUpdate, *, legacy: bool = False) -> bytes:
     """The bytes the HMAC covers (docs/contract.md): the wire form without `signature`, keys
     sorted by code point, no spaces, UTF-8 (no escapes but the ones JSON requires), with
-    `expiresAt` as integer milliseconds so any language reproduces it exactly. `instance` is
-    covered when present (nobody can move a replica's report to another). `legacy`: the form
+    `expiresAt` as integer milliseconds so any language reproduces it exactly. `reason` and
+    `instance` are covered when present (nobody can move a replica's report to another), and
+    left out when empty. `legacy`: the form
     before the contract (`cause_chain`, `expires_at`), still accepted by `verify`."""
     body = update.to_dict()
     del body["signature"]
     body[EXPIRES_AT] = round(update.expires_at * 1000)
-    if legacy:
+    if legacy:  # before the contract: snake_case keys (and no reason)
+        body.pop("reason", None)
         for new, old in _OLD_FIELDS.items():
             body[old] = body.pop(new)
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -354,10 +367,11 @@ def verify_signature(update: AvailabilityUpdate, secret: bytes | None) -> Verdic
         return Verdict.UNSIGNED
     if not _SIGNATURE.fullmatch(update.signature):  # compare_digest refuses non-ASCII text
         return Verdict.BAD_SIGNATURE
-    # A sender from before the contract signed the old spelling (accepted for one release).
-    if not hmac.compare_digest(update.signature, _mac(update, secret)) and not hmac.compare_digest(
-        update.signature, _mac(update, secret, legacy=True)
-    ):
+    if hmac.compare_digest(update.signature, _mac(update, secret)):
+        return Verdict.ACCEPTED
+    # A sender from before the contract signed the old form, which had no reason (accepted for
+    # one release; a reason added in transit would not be covered, so none is allowed).
+    if update.reason or not hmac.compare_digest(update.signature, _mac(update, secret, True)):
         return Verdict.BAD_SIGNATURE
     return Verdict.ACCEPTED
 

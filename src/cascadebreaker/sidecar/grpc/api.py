@@ -56,6 +56,7 @@ from cascadebreaker.sidecar.proxy.hooks import RouteResolver
 from cascadebreaker.sidecar.proxy.ports import (
     AvailabilityView,
     UpdateSource,
+    WatchEnded,
     WatchSubscription,
     no_updates,
 )
@@ -229,14 +230,21 @@ class SidecarService:
                 validate_endpoint(text, "endpoints")
             except BadArgument as exc:
                 await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        # Headers now, not with the first update (which may be long coming): the subscriber
+        # knows its stream is established.
+        await context.send_initial_metadata(())
         subscription = WatchSubscription(
             subscriber_service=request.subscriber_service,
             endpoints=tuple(request.endpoints),
             since_version=request.since_version,
             peer=context.peer(),
         )
-        async for update in self.update_source(subscription):
-            yield update_to_proto(update)
+        try:
+            async for update in self.update_source(subscription):
+                yield update_to_proto(update)
+        except WatchEnded as ended:
+            # UNAVAILABLE, not OK: every gRPC client treats it as "reconnect" (docs/grpc.md).
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(ended))
 
 
 async def _abort(

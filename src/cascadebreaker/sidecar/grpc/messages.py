@@ -193,6 +193,7 @@ def update_to_proto(update: AvailabilityUpdate) -> Any:
         version=update.version,
         signature=bytes.fromhex(update.signature) if update.signature else b"",
         instance=update.instance,
+        reason=update.reason,
     )
 
 
@@ -213,6 +214,7 @@ def update_from_proto(message: Any) -> AvailabilityUpdate:
         cause_chain=chain,
         expires_at=message.expires_at_unix_ms / 1000,
         version=message.version,
+        reason=message.reason,
         signature=message.signature.hex(),
         instance=message.instance,
     )

@@ -34,7 +34,7 @@ from cascadebreaker.cascade import (
     load_secret,
 )
 from cascadebreaker.cascade.instances import InstanceCount, resolve_instance
-from cascadebreaker.contract import refusal_reason
+from cascadebreaker.contract import Reason, State, refusal_reason
 from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.mesh.bus import UpdateBus
@@ -216,17 +216,44 @@ class CascadeNode:
     def _watch_breaker(self, upstream: Target, breaker: CircuitBreaker) -> None:
         def on_transition(event: Any) -> None:
             to_state = str(getattr(event.to_state, "value", event.to_state))
+            why = str(getattr(event, "reason", "") or "")
             if threading.get_ident() == self._loop_thread:
-                self._breaker_moved(upstream, breaker, to_state)
+                self._breaker_moved(upstream, breaker, to_state, why)
             else:  # a shared store may report transitions from its own thread
-                self.loop.call_soon_threadsafe(self._breaker_moved, upstream, breaker, to_state)
+                self.loop.call_soon_threadsafe(
+                    self._breaker_moved, upstream, breaker, to_state, why
+                )
 
         breaker.add_listener(on_transition)
 
-    def _breaker_moved(self, upstream: Target, breaker: CircuitBreaker, to_state: str) -> None:
-        retry_after = breaker.retry_after if to_state.upper() == "OPEN" else 0.0
-        reason = refusal_reason(breaker.snapshot().reason).value  # circuit_open | forced_open
-        self.send(self.table.breaker_transition(upstream, to_state, retry_after, reason))
+    def _breaker_moved(
+        self, upstream: Target, breaker: CircuitBreaker, to_state: str, why: str
+    ) -> None:
+        if to_state.upper() == "OPEN":
+            reason = refusal_reason(why).value  # circuit_open | forced_open
+            self.send(self.table.breaker_opened(upstream, breaker.retry_after, reason))
+        else:  # HALF_OPEN (open_wait_over), CLOSED (probes_succeeded, reset)
+            self.send(self.table.breaker_recovered(upstream, why or Reason.RECOVERED.value))
+
+    def _open_waits_over(self) -> None:
+        """Announce roots whose breaker's open wait ran out on its own: an OPEN circuit reads
+        OPEN until the next call moves it to HALF_OPEN, but it admits that call (a probe), so
+        callers may try again now, not only when they next call."""
+        for target in self.table.open_roots():
+            breaker = self._breaker_of(target)
+            if breaker is not None and breaker.state is State.OPEN and breaker.retry_after <= 0:
+                self.send(self.table.breaker_recovered(target, Reason.OPEN_WAIT_OVER.value))
+
+    def _breaker_of(self, target: Target) -> CircuitBreaker | None:
+        """The breaker of an upstream, or of one endpoint of it (`breaker.scope: endpoint`)."""
+        if isinstance(target, str):
+            route = self.runtime.routes.get(target)
+            return route.breaker if route is not None else None
+        route = self.runtime.routes.get(target.service)
+        endpoints = getattr(route, "endpoints", None)
+        if endpoints is None:
+            return None
+        return dict(endpoints.items()).get(f"{target.method} {target.template}")
 
     def _from_peer(self, update: AvailabilityUpdate, address: str) -> Verdict:
         self.stats["received_watch"] += 1
@@ -344,6 +371,7 @@ class CascadeNode:
         last_sweep = last_presence = time.monotonic()
         while True:
             await asyncio.sleep(_HOUSEKEEPING)
+            self._open_waits_over()  # before expire(): it would drop the roots silently
             self.table.expire()
             self.send(self.table.expire_instances())
             if time.monotonic() - last_presence >= self.config.presence_interval:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cascadebreaker.cascade import AvailabilityUpdate, Verdict, is_loopback
 from cascadebreaker.sidecar.logs import RateLimitedLog
+from cascadebreaker.sidecar.proxy.ports import WatchEnded
 
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.proxy.ports import WatchSubscription
@@ -41,6 +42,8 @@ _UNTRUSTED = frozenset(
     }
 )
 _refusals = RateLimitedLog(log, logging.WARNING)
+_SHUTDOWN = "sidecar shutting down: reconnect with since_version = the last version received"
+_BEHIND = "subscriber too far behind: reconnect with since_version = the last version received"
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
 _HELD = 1.0  # a stream open this long counts as a working connection
@@ -65,7 +68,8 @@ class WatchHub:
     ) -> None:
         self._current = current
         self._loopback_only = loopback_only
-        self._subscribers: set[asyncio.Queue[AvailabilityUpdate | None]] = set()
+        self._subscribers: set[asyncio.Queue[AvailabilityUpdate | WatchEnded]] = set()
+        self._closed = False
 
     @property
     def subscribers(self) -> int:
@@ -78,7 +82,7 @@ class WatchHub:
             for update in updates:
                 if queue.qsize() >= _QUEUE_LIMIT - 1:
                     self._subscribers.discard(queue)
-                    queue.put_nowait(None)  # ends that stream; the peer reconnects
+                    queue.put_nowait(WatchEnded(_BEHIND))  # the peer reconnects
                     break
                 queue.put_nowait(update)
 
@@ -90,8 +94,10 @@ class WatchHub:
         if len(self._subscribers) >= MAX_SUBSCRIBERS:
             _refusals("refused Watch from %s: %d streams open", subscription.peer, MAX_SUBSCRIBERS)
             return
+        if self._closed:  # a Watch that arrived while we drain: the same answer as the others
+            raise WatchEnded(_SHUTDOWN)
         wanted = frozenset(subscription.endpoints)
-        queue: asyncio.Queue[AvailabilityUpdate | None] = asyncio.Queue()
+        queue: asyncio.Queue[AvailabilityUpdate | WatchEnded] = asyncio.Queue()
         self._subscribers.add(queue)  # before reading the state: nothing falls in between
         try:
             for update in self._current(subscription.since_version):
@@ -99,17 +105,19 @@ class WatchHub:
                     yield update
             while True:
                 item = await queue.get()
-                if item is None:
-                    return
+                if isinstance(item, WatchEnded):
+                    raise item
                 if _wanted(item, wanted):
                     yield item
         finally:
             self._subscribers.discard(queue)
 
     def close(self) -> None:
-        """End every stream."""
+        """End every stream (with UNAVAILABLE: the subscriber reconnects, to another replica or
+        to us when we are back, with since_version)."""
+        self._closed = True
         for queue in self._subscribers:
-            queue.put_nowait(None)
+            queue.put_nowait(WatchEnded(_SHUTDOWN))
         self._subscribers.clear()
 
 

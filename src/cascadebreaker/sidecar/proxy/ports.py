@@ -32,6 +32,7 @@ __all__ = [
     "RoutePort",
     "Unavailable",
     "UpdateSource",
+    "WatchEnded",
     "WatchSubscription",
     "no_updates",
 ]
@@ -91,7 +92,13 @@ class WatchSubscription:
 
 
 UpdateSource = Callable[[WatchSubscription], AsyncIterator["AvailabilityUpdate"]]
-"""Yields the updates for one subscriber until it cancels (the cascade implements this)."""
+"""Yields the updates for one subscriber until it cancels (the cascade implements this); raises
+`WatchEnded` when the serving side ends the stream (shutdown, a subscriber too far behind)."""
+
+
+class WatchEnded(Exception):
+    """The serving side ended a Watch stream; the subscriber should reconnect with
+    `since_version` = the last version it received (the message says why)."""
 
 
 async def no_updates(subscription: WatchSubscription) -> AsyncIterator[AvailabilityUpdate]:

@@ -113,7 +113,7 @@ class WatchRequest(_message.Message):
     def __init__(self, subscriber_service: _Optional[str] = ..., endpoints: _Optional[_Iterable[str]] = ..., since_version: _Optional[int] = ...) -> None: ...
 
 class AvailabilityUpdate(_message.Message):
-    __slots__ = ("service", "endpoint", "available", "cause_chain", "expires_at_unix_ms", "version", "signature", "instance")
+    __slots__ = ("service", "endpoint", "available", "cause_chain", "expires_at_unix_ms", "version", "signature", "instance", "reason")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class AvailabilityUpdate(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     service: str
     endpoint: str
     available: bool
@@ -130,4 +131,5 @@ class AvailabilityUpdate(_message.Message):
     version: int
     signature: bytes
     instance: str
-    def __init__(self, service: _Optional[str] = ..., endpoint: _Optional[str] = ..., available: _Optional[bool] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., expires_at_unix_ms: _Optional[int] = ..., version: _Optional[int] = ..., signature: _Optional[bytes] = ..., instance: _Optional[str] = ...) -> None: ...
+    reason: str
+    def __init__(self, service: _Optional[str] = ..., endpoint: _Optional[str] = ..., available: _Optional[bool] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., expires_at_unix_ms: _Optional[int] = ..., version: _Optional[int] = ..., signature: _Optional[bytes] = ..., instance: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -74,7 +74,8 @@ class SidecarServicer:
     def Watch(self, request, context):
         """A stream of availability changes of the serving sidecar's own endpoints, for the sidecars
         that call it. The stream stays open; every update is signed (HMAC-SHA256 over the canonical
-        form documented in cascadebreaker.cascade.updates) when a shared secret is configured.
+        form of docs/contract.md) when a shared secret is configured. A draining sidecar ends it
+        with UNAVAILABLE: reconnect with since_version = the last version received.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
