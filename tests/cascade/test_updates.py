@@ -55,9 +55,10 @@ def test_wire_form_names_every_field() -> None:
         "causeChain",
         "expiresAt",
         "version",
-        "reason",
         "signature",
     }
+    reasoned = replace(down(), reason="circuit_open", instance="checkout-1").to_dict()
+    assert (reasoned["reason"], reasoned["instance"]) == ("circuit_open", "checkout-1")
 
 
 def test_the_old_spelling_is_read_and_never_written() -> None:
@@ -91,7 +92,7 @@ def test_canonical_bytes_are_sorted_compact_and_exclude_the_signature() -> None:
         b'{"available":false,"causeChain":['
         b'{"endpoint":"payment POST /v1/charges","reason":"circuit open"},'
         b'{"endpoint":"checkout POST /v1/orders","reason":"requires payment POST /v1/charges"}],'
-        b'"endpoint":"checkout POST /v1/orders","expiresAt":1764000020000,"reason":"",'
+        b'"endpoint":"checkout POST /v1/orders","expiresAt":1764000020000,'
         b'"service":"checkout","version":7}'
     )
 
