@@ -74,6 +74,24 @@ def run_with_config(tmp_path: Path, text: str) -> subprocess.CompletedProcess[st
             },
             "upstreams.p.breaker.failure_threshold: must be >= 1",
         ),
+        (  # regression (issue 9): an unknown alternative was ignored silently
+            {
+                "service": "a",
+                "listen": {"inbound": None},
+                "upstreams": {"payment": {"url": "http://127.0.0.1:1"}},
+                "cascade": {"alternatives": {"payment": "payment-backup"}},
+            },
+            "cascade.alternatives.payment: 'payment-backup' is not an upstream",
+        ),
+        (
+            {
+                "service": "a",
+                "listen": {"inbound": None},
+                "upstreams": {"payment": {"url": "http://127.0.0.1:1"}},
+                "cascade": {"alternatives": {"paymnet": "payment"}},
+            },
+            "cascade.alternatives.paymnet: 'paymnet' is not an upstream (configured: payment)",
+        ),
     ],
 )
 def test_invalid_config_exits_2_naming_the_key(

@@ -40,7 +40,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         config = override_listeners(load_config(args.config), args.listen)
-        parse_cascade_config(config.cascade)  # the `cascade:` section has its own model
+        parse_cascade_config(config.cascade, config.upstreams)  # its own model
         if config.grpc_tls is not None:
             tls = config.grpc_tls
             read_material(tls.cert, tls.key, tls.ca)  # unreadable or mismatched files: exit 2

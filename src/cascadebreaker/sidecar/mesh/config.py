@@ -35,6 +35,7 @@ cascade:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -173,12 +174,28 @@ class CascadeConfig(_Strict):
         return value
 
 
-def parse_cascade_config(data: dict[str, Any] | None) -> CascadeConfig:
-    """Validate the raw `cascade:` mapping; ConfigError naming the first bad key."""
+def parse_cascade_config(
+    data: dict[str, Any] | None, upstreams: Iterable[str] | None = None
+) -> CascadeConfig:
+    """Validate the raw `cascade:` mapping; ConfigError naming the first bad key. With the
+    configured `upstreams`, `alternatives` must name them on both sides (an unknown name would
+    be ignored silently: the reroute would never happen)."""
     try:
-        return CascadeConfig.model_validate(data or {})
+        config = CascadeConfig.model_validate(data or {})
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in ("cascade", *error["loc"]))
         message = str(error["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"{where}: {message}") from None
+    if upstreams is not None:
+        known = set(upstreams)
+        for primary, alternative in config.alternatives.items():
+            for name in (primary, alternative):
+                if name not in known:
+                    raise ConfigError(
+                        f"cascade.alternatives.{primary}: {name!r} is not an upstream "
+                        f"(configured: {', '.join(sorted(known)) or 'none'})"
+                    )
+            if primary == alternative:
+                raise ConfigError(f"cascade.alternatives.{primary}: names itself")
+    return config

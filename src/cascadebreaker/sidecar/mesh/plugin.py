@@ -21,7 +21,7 @@ PLUGIN_NAME = "cascade"
 
 def install_cascade(host: PluginHost) -> CascadeNode | None:
     """Build the cascade from `cascade:` in the config and plug it in (None when disabled)."""
-    config = parse_cascade_config(host.config.cascade)
+    config = parse_cascade_config(host.config.cascade, host.config.upstreams)
     if not config.enabled:
         return None
     from cascadebreaker.sidecar.mesh.admin import CascadeCollector, availability_route
