@@ -150,10 +150,13 @@ class AdminHandler:
         elif path == b"/healthz":
             reply = json_response(200, {"status": "ok"})
         elif path == b"/readyz":
-            ready = self.runtime.ready and not self.tracker.draining
-            reply = json_response(
-                200 if ready else 503, {"status": "ready" if ready else "not ready"}
-            )
+            runtime = self.runtime
+            store = runtime.store_connected()
+            ready = runtime.ready and not self.tracker.draining
+            ready = ready and (store or runtime.config.store_optional)
+            answer = {"status": "ready" if ready else "not ready"}
+            answer["store"] = "connected" if store else "unreachable"
+            reply = json_response(200 if ready else 503, answer)
         elif path == b"/status":
             reply = json_response(200, self.runtime.status())
         elif path == b"/metrics":

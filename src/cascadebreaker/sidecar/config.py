@@ -323,6 +323,9 @@ class SidecarConfig(_Strict):
     app: str | None = None
     listen: ListenConfig = ListenConfig()
     store: str = "memory"
+    # A shared store that has not connected yet keeps /readyz at 503 (the breakers work on
+    # local state meanwhile); true: ready anyway.
+    store_optional: bool = False
     quorum: QuorumConfig | None = None  # with a redis:// store only
     upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()

@@ -32,6 +32,10 @@ from cascadebreaker.stores.base import Store
 
 log = logging.getLogger("cascadebreaker.sidecar")
 
+# A shared store unreachable this long after start is reported (it connects in milliseconds).
+_STORE_POLL = 0.1
+_STORE_GRACE_POLLS = 20
+
 ADMIN_CONNECTIONS = 32  # admin connections at once (probes, scrapes)
 RESERVED_FDS = 128  # admin connections, listeners, gRPC, Redis, logs, connects in progress
 
@@ -114,6 +118,7 @@ class SidecarServer:
         self.servers: dict[str, asyncio.Server] = {}
         self._grpc: Any = None
         self._transparent: Any = None
+        self._store_watch: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
@@ -147,11 +152,31 @@ class SidecarServer:
         gc.freeze()
         runtime.ready = True
         runtime.status_sections["clients"] = self._client_status
+        if not runtime.store_connected():
+            self._store_watch = asyncio.get_running_loop().create_task(self._report_store())
         log.info(
             "sidecar %s up: %s",
             config.service,
             ", ".join(f"{name} {self.address(name)}" for name in self.servers),
         )
+
+    async def _report_store(self) -> None:
+        """Say at start that the shared store is unreachable (once), and when it connects."""
+        runtime = self.runtime
+        assert runtime is not None
+        polls = 0
+        while not runtime.store_connected():
+            if polls == _STORE_GRACE_POLLS:
+                log.warning(
+                    "store %s unreachable: breakers run on local state; /readyz answers 503 "
+                    "until it connects%s",
+                    self.config.store,
+                    " (store_optional: ready anyway)" if self.config.store_optional else "",
+                )
+            await asyncio.sleep(_STORE_POLL)
+            polls += 1
+        if polls > _STORE_GRACE_POLLS:
+            log.warning("store %s connected", self.config.store)
 
     async def _listen(
         self, address: HostPort, handler: RequestHandler, limits: Limits, tracker: ConnectionTracker
@@ -197,6 +222,8 @@ class SidecarServer:
         """Stop accepting, let in-flight requests finish within the grace period, close.
 
         The admin listener stays up until the end: `/readyz` answers 503 while draining."""
+        if self._store_watch is not None:
+            self._store_watch.cancel()
         if self.runtime is not None:
             self.runtime.ready = False
             for plugin in self.runtime.plugins.values():

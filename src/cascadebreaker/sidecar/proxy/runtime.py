@@ -128,6 +128,14 @@ class SidecarRuntime:
             store=self.store,
         )
 
+    def store_connected(self) -> bool:
+        """Whether the breaker store has reached its server once (a memory store: always).
+
+        Only the start is judged: a later outage degrades to local state, and taking every
+        replica out of service for it would defeat that."""
+        reached = getattr(self.store, "wait_ready", None)  # RedisStore: its subscriber listens
+        return reached is None or bool(reached(0))
+
     def breaker(self, upstream: str) -> CircuitBreaker:
         """The breaker of an upstream (UnknownUpstream when not configured)."""
         route = self.routes.get(upstream)
