@@ -96,8 +96,8 @@ def test_a_failure_rate_breaker_opens_on_the_rate(sidecar_factory: Any, upstream
         # Never two failures in a row: a consecutive-failures breaker would stay closed.
         for path in ("/echo", "/status/502", "/echo"):
             assert client.get(outbound + path).status_code in (200, 502)
-        assert sidecar.status()["breakers"]["payment"]["state"] == "closed"
+        assert sidecar.status()["breakers"]["payment"]["state"] == "CLOSED"
         assert client.get(outbound + "/status/502").status_code == 502  # 2 of 4: 50 %
         refused = client.get(outbound + "/echo")
     assert refused.status_code == 503
-    assert sidecar.status()["breakers"]["payment"]["state"] == "open"
+    assert sidecar.status()["breakers"]["payment"]["state"] == "OPEN"

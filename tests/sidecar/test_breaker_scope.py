@@ -31,9 +31,9 @@ def test_an_endpoint_breaker_opens_alone(sidecar_factory: Any, upstream: Upstrea
         assert client.get(outbound + "/echo").status_code == 200  # a healthy sibling
         assert client.get(outbound + "/headers?x=1").status_code == 200
     status = sidecar.status()["breakers"]["payment"]
-    assert status["state"] == "closed"  # the upstream's own breaker heard nothing
-    assert status["endpoints"]["GET /status/{id}"]["state"] == "open"
-    assert status["endpoints"]["GET /echo"]["state"] == "closed"
+    assert status["state"] == "CLOSED"  # the upstream's own breaker heard nothing
+    assert status["endpoints"]["GET /status/{id}"]["state"] == "OPEN"
+    assert status["endpoints"]["GET /echo"]["state"] == "CLOSED"
 
 
 def test_past_max_endpoints_calls_share_the_upstream_breaker(
@@ -48,7 +48,7 @@ def test_past_max_endpoints_calls_share_the_upstream_breaker(
         assert client.get(outbound + "/headers").status_code == 503  # shares it: open
         assert client.get(outbound + "/echo").status_code == 200
     status = sidecar.status()["breakers"]["payment"]
-    assert status["state"] == "open"
+    assert status["state"] == "OPEN"
     assert list(status["endpoints"]) == ["GET /echo"]
 
 
