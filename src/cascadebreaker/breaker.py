@@ -546,7 +546,7 @@ class CircuitBreaker:
         if fallback is not None:
             data = fallback(reason)
         retry = None if math.isinf(reason.retry_after) else reason.retry_after
-        return GuardedResult(data, True, self.state, reason.describe(), retry, reason.reason)
+        return GuardedResult.degraded(data, self.state, reason, retry)
 
     async def _afailed(self, exc: BaseException, permit: Permit, fallback: Fallback | None) -> Any:
         return await _maybe_await(self._failed(exc, permit, fallback))
@@ -573,6 +573,7 @@ class CircuitBreaker:
                 result.reason,
                 result.retry_after,
                 result.reason_code,
+                result.code,
             )
         return result
 

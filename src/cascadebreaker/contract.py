@@ -27,10 +27,12 @@ __all__ = [
     "EXPIRES_AT",
     "REASON_CODE",
     "RETRY_AFTER",
+    "TRIPPED_BY",
     "Mode",
     "Reason",
     "Scope",
     "State",
+    "degraded_reason",
     "json_seconds",
     "parse_state",
     "pick",
@@ -96,6 +98,7 @@ RETRY_AFTER = "retryAfter"  # seconds (float) until calls are admitted; null: un
 REASON_CODE = "reasonCode"  # a Reason code
 CAUSE_CHAIN = "causeChain"  # [{endpoint: "service METHOD /route", reason}], root first
 EXPIRES_AT = "expiresAt"  # unix wall time (seconds) when an unavailability ends unless refreshed
+TRIPPED_BY = "trippedBy"  # the Reason code that opened the breaker (consecutive_failures...)
 
 _OLD_KEYS = {
     CIRCUIT_STATE: ("circuit_state", "state"),
@@ -146,6 +149,14 @@ def refusal_reason(breaker_reason: str) -> Reason:
     if breaker_reason in (Reason.FORCED_OPEN, Reason.PROBE_BUDGET):
         return Reason(breaker_reason)
     return Reason.CIRCUIT_OPEN
+
+
+def degraded_reason(breaker_reason: str, *, ran: bool, raised: bool) -> Reason:
+    """The reasonCode of a degraded result: a refusal's code when the call never ran, else
+    `upstream_error` (it raised) or `failed_result` (it returned a value counted as failed)."""
+    if not ran:
+        return refusal_reason(breaker_reason)
+    return Reason.UPSTREAM_ERROR if raised else Reason.FAILED_RESULT
 
 
 def whole_service(name: str) -> str:

@@ -6,7 +6,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .contract import CIRCUIT_STATE, REASON_CODE, RETRY_AFTER, Reason, Scope, State
+from .contract import (
+    CIRCUIT_STATE,
+    REASON_CODE,
+    RETRY_AFTER,
+    TRIPPED_BY,
+    Reason,
+    Scope,
+    State,
+    degraded_reason,
+)
 from .core.classify import FailureInfo
 
 T = TypeVar("T")
@@ -51,7 +60,9 @@ class GuardedResult(Generic[T]):
     A call that succeeds and returns None is *not* degraded: None can be a legitimate answer.
     `retry_after` is how many seconds until the breaker admits calls again (0.0: now; None: only
     an operator can close it), so a front end can schedule its retry instead of polling;
-    `reason_code` is the FallbackReason's code (None when not degraded).
+    `reason_code` is the FallbackReason's code (None when not degraded); `code` the contract's
+    word for the front end (docs/contract.md): `circuit_open`, `forced_open`, `probe_budget`,
+    `upstream_error` or `failed_result`.
     """
 
     data: T | None
@@ -60,16 +71,32 @@ class GuardedResult(Generic[T]):
     reason: str | None = None
     retry_after: float | None = 0.0
     reason_code: str | None = None
+    code: str | None = None
+
+    @classmethod
+    def degraded(
+        cls, data: T | None, state: State, why: FallbackReason, retry_after: float | None
+    ) -> GuardedResult[T]:
+        """A degraded result for a fallback reason, with the contract's code."""
+        raised = why.exception is not None
+        code = degraded_reason(why.reason, ran=not why.rejected, raised=raised)
+        return cls(data, True, state, why.describe(), retry_after, why.reason, code.value)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape front ends consume: data, isDegraded, circuitState, reason,
-        reasonCode, retryAfter (seconds, null when only an operator can close the circuit)."""
+        """The JSON shape front ends consume: data, isDegraded, circuitState, reason (text),
+        reasonCode (the contract's), trippedBy (why the breaker is open, for a refusal),
+        retryAfter (seconds, null when only an operator can close the circuit)."""
         retry = self.retry_after
+        refused = self.code is not None and self.code not in _RAN
         return {
             "data": self.data,
             "isDegraded": self.is_degraded,
             CIRCUIT_STATE: self.circuit_state.value,
             "reason": self.reason,
-            REASON_CODE: self.reason_code,
+            REASON_CODE: self.code or self.reason_code,
+            TRIPPED_BY: self.reason_code if refused else None,
             RETRY_AFTER: None if retry is None or math.isinf(retry) else round(retry, 3),
         }
+
+
+_RAN = frozenset({Reason.UPSTREAM_ERROR.value, Reason.FAILED_RESULT.value})

@@ -247,15 +247,25 @@ def test_guard_returns_degraded_results_and_never_raises_upstream_errors(
         "circuitState": "CLOSED",
         "reason": None,
         "reasonCode": None,
+        "trippedBy": None,
         "retryAfter": 0.0,
     }
     failed = breaker.guard(boom, fallback=lambda r: {"items": []})
     assert failed.is_degraded and failed.data == {"items": []}
+    assert (failed.to_dict()["reasonCode"], failed.to_dict()["trippedBy"]) == (
+        "upstream_error",
+        None,
+    )
     assert failed.circuit_state is State.CLOSED and "Down" in (failed.reason or "")
     breaker.guard(boom)
     rejected = breaker.guard(lambda: "never")
     assert rejected.is_degraded and rejected.data is None
     assert rejected.to_dict()["circuitState"] == "OPEN"
+    # The words of every rejection (docs/contract.md): refused unrun, and why it opened.
+    assert (rejected.to_dict()["reasonCode"], rejected.to_dict()["trippedBy"]) == (
+        "circuit_open",
+        "consecutive_failures",
+    )
 
 
 def test_guard_lets_non_failures_propagate() -> None:

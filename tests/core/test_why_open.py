@@ -127,6 +127,7 @@ def test_a_failed_result_is_not_a_rejection(clock: FakeClock) -> None:
     assert b.call(lambda: 503, fallback=lambda r: seen.append(r) or "fb") == "fb"
     assert seen[0].reason == Reason.CALL_FAILED and not seen[0].rejected
     assert seen[0].exception is None
+    assert b.guard(lambda: 503).to_dict()["reasonCode"] == "failed_result"
     assert "returned a failed result" in seen[0].describe()
     assert b.snapshot().last_failure is not None
     assert b.snapshot().last_failure.describe() == "int: 503"  # type: ignore[union-attr]
@@ -143,7 +144,7 @@ def test_guarded_result_tells_the_front_end_when_to_retry(
     body = refused.to_dict()
     assert body["isDegraded"] is True and body["circuitState"] == "OPEN"
     assert body["retryAfter"] == pytest.approx(7.5)
-    assert body["reasonCode"] == "consecutive_failures"
+    assert (body["reasonCode"], body["trippedBy"]) == ("circuit_open", "consecutive_failures")
     json.dumps(body)  # plain JSON
     breaker.force_open()
     forced = breaker.guard(lambda: "never")
