@@ -83,6 +83,75 @@ async def main():
 
 uvloop.run(main())
 """
+# The least an HTTP/1.1 proxy in Python does: parse the request and the response with httptools,
+# keep the headers, write each head again. No limits, framing rules, pooling or logic; GET only.
+_MINIMAL = """
+import asyncio, signal
+import httptools, uvloop
+
+class Upstream(asyncio.Protocol):
+    def __init__(self, client):
+        self.client = client
+        self.parser = httptools.HttpResponseParser(self)
+        self.headers = []
+        self.body = b""
+    def connection_made(self, transport):
+        self.transport = transport
+    def data_received(self, data):
+        self.parser.feed_data(data)
+    def on_header(self, name, value):
+        self.headers.append((name, value))
+    def on_body(self, body):
+        self.body += body
+    def on_message_complete(self):
+        parts = [b"HTTP/1.1 %d OK\\r\\n" % self.parser.get_status_code()]
+        for name, value in self.headers:
+            parts += (name, b": ", value, b"\\r\\n")
+        parts += (b"\\r\\n", self.body)
+        self.headers, self.body = [], b""
+        self.client.transport.write(b"".join(parts))
+
+class Client(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+        self.parser = httptools.HttpRequestParser(self)
+        self.headers = []
+        self.upstream = None
+        self.held = []
+        asyncio.get_running_loop().create_task(self.join())
+    async def join(self):
+        loop = asyncio.get_running_loop()
+        _, self.upstream = await loop.create_connection(
+            lambda: Upstream(self), "127.0.0.1", {upstream})
+        for head in self.held:
+            self.upstream.transport.write(head)
+    def data_received(self, data):
+        self.parser.feed_data(data)
+    def on_url(self, url):
+        self.url = url
+    def on_header(self, name, value):
+        self.headers.append((name, value))
+    def on_message_complete(self):
+        parts = [b"GET ", self.url, b" HTTP/1.1\\r\\n"]
+        for name, value in self.headers:
+            parts += (name, b": ", value, b"\\r\\n")
+        parts.append(b"\\r\\n")
+        self.headers = []
+        if self.upstream is None:
+            self.held.append(b"".join(parts))
+        else:
+            self.upstream.transport.write(b"".join(parts))
+
+async def main():
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Client, "127.0.0.1", {port})
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
+
+uvloop.run(main())
+"""
 
 
 def _drive(port: int, n: int, request: bytes) -> None:
@@ -195,6 +264,12 @@ def relay_argv(workdir: Path, upstream: int, port: int) -> list[str]:
     return [sys.executable, str(path)]
 
 
+def minimal_argv(workdir: Path, upstream: int, port: int) -> list[str]:
+    path = workdir / "minimal.py"
+    path.write_text(textwrap.dedent(_MINIMAL).format(upstream=upstream, port=port))
+    return [sys.executable, str(path)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print instructions per proxied request for each proxy, and record them if asked."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -234,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
             command = relay_argv(workdir, upstream.port, port)
             rows.append(("uvloop byte relay", per_request(command, port, args.n, _REQUEST, {})))
             print(f"uvloop byte relay: {rows[-1][1]:,.0f}", flush=True)
+            port = procs.free_port()
+            command = minimal_argv(workdir, upstream.port, port)
+            label = "minimal httptools proxy (parse both ways, no logic)"
+            rows.append((label, per_request(command, port, args.n, _REQUEST, {})))
+            print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
     finally:
         upstream.stop()
         shutil.rmtree(workdir, ignore_errors=True)
