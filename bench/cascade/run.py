@@ -2,6 +2,9 @@
 
     .venv/bin/python -m bench cascade          # 60 trips, 5 rounds x 3 s; writes the docs
     .venv/bin/python -m bench cascade --quick  # 20 trips, 1 round x 2 s; prints only
+    .venv/bin/python -m bench cascade --scale  # one change at 10 .. 10,000 services: the
+                                               # model (scale.py) and a tree of real sidecars
+                                               # (fleet.py); writes docs/scale.md
 
 See `propagation.py` and `learning.py` for what is measured and how.
 """
@@ -154,7 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short run, print only")
     parser.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
     parser.add_argument("--trips", type=int, default=None)
+    parser.add_argument("--scale", action="store_true", help="the cost of one change at scale")
+    parser.add_argument("--fanout", type=int, default=3, help="--scale: real sidecars per parent")
+    parser.add_argument("--depth", type=int, default=3, help="--scale: levels of real sidecars")
+    parser.add_argument("--changes", type=int, default=40, help="--scale: changes per size")
     args, _ = parser.parse_known_args(argv)
+    if args.scale:
+        from bench.cascade.scale_report import run_scale
+
+        return run_scale(args)
     args.trips = args.trips or (20 if args.quick else 60)
     args.rounds = 1 if args.quick else 5
     args.seconds = 2.0 if args.quick else 3.0
