@@ -58,7 +58,14 @@ def fleet(
     }
 
     def cascade(instance: str) -> dict[str, Any]:
-        section: dict[str, Any] = {"namespace": namespace, "instance": instance}
+        # No trickle (learned optionality's probe through an endpoint held unavailable): each
+        # trickled request at the sick replica is one its sibling could have served; what is
+        # tested here is that callers are not refused.
+        section: dict[str, Any] = {
+            "namespace": namespace,
+            "instance": instance,
+            "optionality": {"trickle_interval": 0},
+        }
         if bus == "redis":  # the bus only: each replica keeps its own breakers in memory
             section["redis"] = f"redis://127.0.0.1:{redis_server.port}/6"
         if nats_url is not None:
