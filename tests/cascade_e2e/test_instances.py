@@ -23,6 +23,8 @@ import pytest
 from .apps import App, Call
 from .conftest import Sidecar, app, free_port, get, make_sidecar, start_all, wait_for
 
+pytestmark = pytest.mark.slow
+
 SECRET = "e2e-instances-secret"
 B_B = "GET /b"
 
