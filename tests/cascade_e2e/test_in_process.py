@@ -300,3 +300,24 @@ async def test_a_dotted_service_name_forwards_without_a_hop_token(
         assert any("cascade.peers" in r.getMessage() for r in caplog.records)
     finally:
         runtime.close()
+
+
+async def test_a_shared_bus_keeps_only_updates_about_services_we_call() -> None:
+    """Redis and NATS carry the fleet's updates: a sidecar holds only its upstreams'."""
+    runtime = build_runtime(_config({"secret": "s"}))
+    try:
+        node = cascade_node(runtime)
+        assert node is not None
+        for service in ("payment", "mailer"):
+            endpoint = Endpoint(service, "POST", "/x")
+            cause = (Cause(Endpoint.service_wide("bank"), "circuit open"), Cause(endpoint, "r"))
+            update = AvailabilityUpdate(
+                service, endpoint, False, cause, time.time() + 30, 1, instance=f"{service}-1"
+            )
+            node._from_redis(sign(update, b"s"))
+        assert node.check(Endpoint("payment", "POST", "/x")) is not None
+        assert node.check(Endpoint("mailer", "POST", "/x")) is None  # not an upstream
+        assert node.stats["ignored_redis"] == 1
+        assert node.table.counters["received"] == 1
+    finally:
+        runtime.close()

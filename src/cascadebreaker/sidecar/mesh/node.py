@@ -276,6 +276,12 @@ class CascadeNode:
             # answers when it can serve what the sibling cannot (dependents count it live).
             self.send(self.table.sibling_reported(update))
             return
+        if update.service not in self.runtime.routes:
+            # Not a service we call: nothing of ours can depend on it. A shared channel brings
+            # the whole fleet's updates; keeping none of them bounds what this sidecar holds
+            # (versions, instance reports) by its own upstreams, not by the fleet.
+            self.stats[f"ignored_{via}"] += 1
+            return
         self.stats[f"received_{via}"] += 1
         self._receive(update)
 
