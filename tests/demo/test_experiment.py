@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cascadebreaker.demo.experiment import ExperimentSettings, run_faults
+from cascadebreaker.demo.experiment import ExperimentSettings, plan_cases, run_faults
 from cascadebreaker.demo.report import CASE_ROWS, write_outputs
 from cascadebreaker.demo.topology import Timings
 
@@ -23,7 +23,7 @@ TINY = ExperimentSettings(
 
 
 def test_courier_outage_case_reports_every_field(tmp_path: Path) -> None:
-    results = {"faults": run_faults(TINY, ["courier_down"], ["plain"])}
+    results = {"faults": run_faults(TINY, plan_cases(["courier_down"], ["plain"]))}
     write_outputs(results, tmp_path)
 
     written = json.loads((tmp_path / "results.json").read_text())
@@ -42,3 +42,16 @@ def test_courier_outage_case_reports_every_field(tmp_path: Path) -> None:
     assert "remote_calls_per_failed_order" in report
     for plot in written["plots"]:
         assert (tmp_path / plot).stat().st_size > 0
+
+
+def test_a_soft_dependency_down_refuses_and_fails_no_order(tmp_path: Path) -> None:
+    """Orders fall back without recommendations; nobody marked the call optional, and the
+    cascade learns it from the orders that still succeed: 0 refused, 0 failed."""
+    cases = plan_cases(["soft_down"], ["cascade"], ["soft_down"])
+    results = run_faults(TINY, cases)
+    for key in ("soft_down", "soft_down@failure_rate"):
+        case = results[key]["cascade"]
+        assert case["phases"]["fault"]["ok"] > 0
+        assert case["failed_orders"] == 0
+        assert case["outcome_refused"] == 0
+        assert case["false_refusals"] == 0

@@ -53,7 +53,7 @@ def test_children_die_with_a_killed_launcher() -> None:
     try:
         assert launcher.stdout is not None
         pids = json.loads(launcher.stdout.readline())
-        assert len(pids) == 7
+        assert len(pids) == 8
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=10)
 
@@ -72,7 +72,7 @@ def test_a_service_that_cannot_start_fails_the_launch_with_its_log() -> None:
         system.start(timeout=60, attempts=1)
 
     spawned = [p.pid for p in system.processes.values() if p.pid is not None]
-    assert len(spawned) == 7
+    assert len(spawned) == 8
     assert not any(pid_alive(pid) for pid in spawned)
     assert not system.workdir.exists()
 

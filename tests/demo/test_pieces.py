@@ -27,7 +27,7 @@ def test_every_listener_gets_its_own_port() -> None:
                 spec.sidecar.grpc,
                 spec.sidecar.admin,
             ]
-    assert len(ports) == len(set(ports)) == 7 + 5 * 4
+    assert len(ports) == len(set(ports)) == 8 + 5 * 4
 
 
 def test_callers_reach_upstreams_directly_or_through_their_sidecar() -> None:
@@ -71,7 +71,7 @@ def test_sidecar_config_points_each_upstream_at_the_peer_sidecar(tmp_path: Path)
 
     assert config["service"] == "order"
     assert config["app"] == topology.service("order").app_url
-    assert set(config["upstreams"]) == {"inventory", "payment", "shipping"}
+    assert set(config["upstreams"]) == {"inventory", "payment", "shipping", "recommendations"}
     assert config["upstreams"]["shipping"]["url"] == topology.service("shipping").ingress_url
     assert config["upstreams"]["shipping"]["breaker"]["failure_threshold"] == 4
     # External upstreams have no sidecar: payment's sidecar calls the gateway itself.
@@ -225,7 +225,11 @@ def test_overhead_summary_over_windows() -> None:
 def test_results_check_names_what_is_missing() -> None:
     from cascadebreaker.demo.report import FAULT_NAMES, MODE_NAMES, REQUIRED_CASE_FIELDS, problems
 
-    case = dict.fromkeys(REQUIRED_CASE_FIELDS, 1) | {"early_refusals_while_healthy": 0}
+    case = dict.fromkeys(REQUIRED_CASE_FIELDS, 1) | {
+        "early_refusals_while_healthy": 0,
+        "false_refusals": 0,
+        "failed_orders": 0,
+    }
     complete = {
         "faults": {f: {m: dict(case) for m in MODE_NAMES} for f in FAULT_NAMES},
         "overhead": {"added": [{"rate": 10.0}]},
@@ -236,10 +240,20 @@ def test_results_check_names_what_is_missing() -> None:
     del complete["faults"]["gateway_slow"]["cascade"]["recovery_s"]
     complete["faults"]["intermittent"]["plain"]["early_refusals_while_healthy"] = 2
     del complete["overhead"]
+    complete["faults"]["soft_down"]["cascade"] |= {"outcome_refused": 3, "false_refusals": 3}
+    complete["faults"]["soft_down"]["none"]["failed_orders"] = 2
+    complete["faults"]["courier_down"]["plain"]["compensations"] = 100
+    complete["faults"]["courier_down"]["cascade"]["compensations"] = 6
+    complete["faults"]["intermittent@failure_rate"] = {"plain": {}}
 
     assert problems(complete) == [
         "faults.gateway_slow.cascade.recovery_s missing",
         "faults.intermittent.plain: early refusals while healthy",
+        "faults.soft_down.cascade: 3 false refusals",
+        "faults.soft_down.none: 2 failed orders",
+        "faults.soft_down.cascade: 3 refused orders",
+        "faults.courier_down.cascade: 6 compensations, more than 5% of plain's 100",
+        *[f"faults.intermittent@failure_rate.plain.{k} missing" for k in REQUIRED_CASE_FIELDS],
         "overhead section missing (needs direct and sidecar runs)",
     ]
     assert problems({}) == ["no 'faults' section"]

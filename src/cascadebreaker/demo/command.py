@@ -84,6 +84,14 @@ def register(subparsers: Any) -> None:
         "--check", metavar="RESULTS_JSON", help="only check a results.json for every field"
     )
     experiment.add_argument("--quick", action="store_true", help="short phases (CI)")
+    experiment.add_argument(
+        "--policy",
+        choices=("consecutive", "failure_rate", "both"),
+        default=None,
+        help="the breakers' trip policy: consecutive failures, a failure rate, or both "
+        "(every fault with consecutive, the intermittent one with a failure rate too); "
+        "default both, consecutive with --quick",
+    )
     experiment.add_argument("--faults", default=None, help="comma-separated subset of faults")
     experiment.add_argument("--modes", default=None, help="comma-separated: none,plain,cascade")
     experiment.add_argument("--no-overhead", action="store_true", help="skip the overhead part")
@@ -217,10 +225,12 @@ def run_experiment(args: argparse.Namespace) -> int:
         FAULTS,
         ExperimentSettings,
         available_modes,
+        plan_cases,
         run_faults,
     )
     from cascadebreaker.demo.launcher import sigterm_as_interrupt
     from cascadebreaker.demo.overhead import run_overhead
+    from cascadebreaker.demo.progress import ExperimentProgress
     from cascadebreaker.demo.report import write_outputs
 
     if args.check:
@@ -238,10 +248,15 @@ def run_experiment(args: argparse.Namespace) -> int:
     if unknown:
         print(f"ccb experiment: unknown fault/mode: {', '.join(unknown)}", file=sys.stderr)
         return 2
+    policy = args.policy or ("consecutive" if args.quick else "both")
+    if policy == "failure_rate":
+        cases = plan_cases([], modes, faults)
+    else:
+        cases = plan_cases(faults, modes, ["intermittent"] if policy == "both" else [])
+        cases = [c for c in cases if c.policy == "consecutive" or c.fault in faults]
     sigterm_as_interrupt()
-
-    def progress(message: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+    steps = len(cases) + (not args.no_overhead) + (not args.no_workerpool)
+    progress = ExperimentProgress(steps, case_seconds(settings))
 
     started = time.monotonic()
     results: dict[str, Any] = {
@@ -251,21 +266,29 @@ def run_experiment(args: argparse.Namespace) -> int:
             "host": platform.node(),
             "cpus": os.cpu_count(),
             "settings": asdict(settings),
+            "policy": policy,
         },
-        "faults": run_faults(settings, faults, modes, progress),
     }
-    if not args.no_overhead:
-        rates = [5.0, 15.0] if args.quick else [5.0, 10.0, 20.0, 40.0]
-        seconds = 6.0 if args.quick else 20.0
-        results["overhead"] = run_overhead(rates, seconds, progress)
-    if not args.no_workerpool:
-        progress("worker pool: without and with a breaker")
-        results["workerpool"] = run_workerpool(args.quick)
+    with progress:
+        results["faults"] = run_faults(settings, cases, progress.case)
+        if not args.no_overhead:
+            rates = [5.0, 15.0] if args.quick else [5.0, 10.0, 20.0, 40.0]
+            seconds = 6.0 if args.quick else 20.0
+            progress.step("overhead: direct and sidecar", len(rates) * 2 * (seconds + 5))
+            results["overhead"] = run_overhead(rates, seconds, progress.note)
+        if not args.no_workerpool:
+            progress.step("worker pool: without and with a breaker", 40.0)
+            results["workerpool"] = run_workerpool(args.quick)
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
     out = Path(args.out)
     write_outputs(results, out)
     print(f"wrote {out / 'results.json'}, {out / 'report.md'} and {len(results['plots'])} plots")
     return 0
+
+
+def case_seconds(settings: Any) -> float:
+    """About how long one fault case takes (its phases and starting the system)."""
+    return float(settings.healthy_s + settings.fault_s + settings.recovered_s + 5.0)
 
 
 def check_results(path: str) -> int:

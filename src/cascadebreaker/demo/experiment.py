@@ -1,16 +1,17 @@
-"""`ccb experiment`: the same load in three modes under three faults, measured the same way.
+"""`ccb experiment`: the same load in three modes under four faults, measured the same way.
 
 For each (fault, mode): a fresh demo system, steady load, a healthy phase, the fault, the fault
 cleared; counters of every service are read at the end. The numbers land in `results.json`
-shaped `{"faults": {fault: {mode: {...}}}, "overhead": {...}}`.
+shaped `{"faults": {fault: {mode: {...}}}, "overhead": {...}}`. A fault run with the breakers'
+failure-rate policy (`--policy`) is keyed `<fault>@failure_rate`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -23,7 +24,14 @@ from cascadebreaker.demo.topology import Mode, Timings
 
 # Experiment mode name -> how the demo runs it.
 MODES: dict[str, Mode] = {"none": Mode.DIRECT, "plain": Mode.PLAIN, "cascade": Mode.SIDECAR}
-FAULTS = ("courier_down", "gateway_slow", "intermittent", "replica_route", "replicas_courier_down")
+FAULTS = (
+    "courier_down",
+    "gateway_slow",
+    "intermittent",
+    "soft_down",
+    "replica_route",
+    "replicas_courier_down",
+)
 # Faults run with replicas: one shipping replica of three losing its route to the courier (the
 # cascade must refuse no order another replica can serve), and the courier down for all three
 # (the cascade must still refuse at the entry).
@@ -32,10 +40,13 @@ FAULT_REPLICAS: dict[str, dict[str, int]] = {
     "replicas_courier_down": {"shipping": 3},
 }
 SICK_REPLICA = "shipping.3"  # whose route to the courier `replica_route` breaks
+# Faults on a dependency every order survives (the order service falls back): every refused
+# order is a false refusal, and no order should fail.
+SOFT_FAULTS = frozenset({"soft_down"})
 
 # Remote calls a successful order causes, counted where they arrive: order, inventory,
-# payment, shipping, payment-gateway, courier (one request each).
-CALLS_PER_OK_ORDER = 6
+# payment, shipping, payment-gateway, courier, recommendations (one request each).
+CALLS_PER_OK_ORDER = 7
 # Consecutive successful orders that count as "recovered".
 RECOVERED_RUN = 5
 
@@ -75,6 +86,8 @@ def fault_body(fault: str, timings: Timings) -> tuple[str, dict[str, Any]]:
         return "payment-gateway", {"mode": "slow", "delay": timings.call_timeout * 3}
     if fault == "intermittent":
         return "courier", {"mode": "errors", "rate": 0.5}
+    if fault == "soft_down":
+        return "recommendations", {"mode": "down"}
     raise ValueError(f"unknown fault {fault!r}; expected one of {', '.join(FAULTS)}")
 
 
@@ -115,11 +128,14 @@ async def run_case(system: DemoSystem, fault: str, settings: ExperimentSettings)
             stop.set()
             report = await load
         views = await observe(topology, client)
-    return case_metrics(report, views, timeline)
+    return case_metrics(report, views, timeline, soft=fault in SOFT_FAULTS)
 
 
 def case_metrics(
-    report: LoadReport, views: dict[str, ServiceView], timeline: CaseTimeline
+    report: LoadReport,
+    views: dict[str, ServiceView],
+    timeline: CaseTimeline,
+    soft: bool = False,
 ) -> dict[str, Any]:
     """The numbers of one case, from the orders' outcomes and the services' counters."""
     results = report.results
@@ -145,6 +161,9 @@ def case_metrics(
         "wasted_reservations": total(views, "inventory", "reservations_made") - ok,
         "wasted_charges": total(views, "payment", "charges") - ok,
         "early_refusals_while_healthy": healthy.counts()["refused"],
+        # Refusals a run with no fault on that dependency would not make: before the fault;
+        # and for a fault on a dependency orders survive (`soft_down`), every one of them.
+        "false_refusals": report.counts()["refused"] if soft else healthy.counts()["refused"],
         "time_to_first_early_refusal_s": (
             None if first_refusal is None else round(first_refusal - timeline.fault_at, 3)
         ),
@@ -188,22 +207,52 @@ def available_modes() -> list[str]:
     return modes
 
 
+@dataclass(frozen=True)
+class Case:
+    """One (fault, mode) run; `policy` is the breakers' (the key gets a suffix when not the
+    default)."""
+
+    fault: str
+    mode: str
+    policy: str = "consecutive"
+
+    @property
+    def key(self) -> str:
+        """The fault's key in results.json."""
+        return self.fault if self.policy == "consecutive" else f"{self.fault}@{self.policy}"
+
+
+def plan_cases(
+    faults: Sequence[str], modes: Sequence[str], failure_rate_faults: Sequence[str] = ()
+) -> list[Case]:
+    """Every case to run: each fault in each mode, then the failure-rate ones (modes with
+    breakers only)."""
+    # The replica faults compare the cascade with plain breakers only.
+    cases = [
+        Case(fault, mode)
+        for mode in modes
+        for fault in faults
+        if not (fault in FAULT_REPLICAS and mode == "none")
+    ]
+    breaker_modes = [m for m in modes if m != "none"]
+    cases += [Case(f, m, "failure_rate") for m in breaker_modes for f in failure_rate_faults]
+    return cases
+
+
 def run_faults(
     settings: ExperimentSettings,
-    faults: list[str],
-    modes: list[str],
-    progress: Callable[[str], None] = lambda _msg: None,
+    cases: list[Case],
+    progress: Callable[[Case, int], None] = lambda _case, _i: None,
 ) -> dict[str, dict[str, Any]]:
-    """Every (fault, mode) case, each on a fresh system; `{fault: {mode: metrics}}`."""
-    results: dict[str, dict[str, Any]] = {fault: {} for fault in faults}
-    for mode in modes:
-        for fault in faults:
-            if fault in FAULT_REPLICAS and mode == "none":
-                continue  # the replica faults compare the cascade with plain breakers
-            progress(f"{fault} / {mode}")
-            replicas = FAULT_REPLICAS.get(fault)
-            with DemoSystem.create(MODES[mode], settings.timings, replicas=replicas) as system:
-                results[fault][mode] = asyncio.run(run_case(system, fault, settings))
+    """Every case, each on a fresh system; `{fault key: {mode: metrics}}`."""
+    results: dict[str, dict[str, Any]] = {}
+    for index, case in enumerate(cases):
+        progress(case, index)
+        timings = replace(settings.timings, policy=case.policy)
+        replicas = FAULT_REPLICAS.get(case.fault)
+        with DemoSystem.create(MODES[case.mode], timings, replicas=replicas) as system:
+            metrics = asyncio.run(run_case(system, case.fault, settings))
+        results.setdefault(case.key, {})[case.mode] = metrics
     return results
 
 

@@ -26,6 +26,7 @@ CASE_ROWS = (
     "p99_ms_ok",
     "time_to_first_early_refusal_s",
     "early_refusals_while_healthy",
+    "false_refusals",
     "recovery_s",
 )
 
@@ -42,11 +43,13 @@ REQUIRED_CASE_FIELDS = (
     "wasted_reservations",
     "wasted_charges",
     "time_to_first_early_refusal_s",
+    "false_refusals",
 )
 FAULT_NAMES = (
     "courier_down",
     "gateway_slow",
     "intermittent",
+    "soft_down",
     "replica_route",
     "replicas_courier_down",
 )
@@ -83,10 +86,21 @@ def problems(results: dict[str, Any]) -> list[str]:
             ]
             if case.get("early_refusals_while_healthy"):
                 found.append(f"faults.{fault}.{mode}: early refusals while healthy")
+            if case.get("false_refusals"):
+                found.append(f"faults.{fault}.{mode}: {case['false_refusals']} false refusals")
     quick = bool(results.get("meta", {}).get("quick"))
-    found += _replica_claims(
-        faults, MAX_COMPENSATION_SHARE_QUICK if quick else MAX_COMPENSATION_SHARE
-    )
+    share = MAX_COMPENSATION_SHARE_QUICK if quick else MAX_COMPENSATION_SHARE
+    found += _replica_claims(faults, share)
+    found += _soft_down_problems(faults.get("soft_down"))
+    found += _courier_down_problems(faults.get("courier_down"), share)
+    for key, by_mode in faults.items():  # runs with another policy (`<fault>@failure_rate`)
+        if "@" in key and isinstance(by_mode, dict):
+            found += [
+                f"faults.{key}.{mode}.{k} missing"
+                for mode, case in by_mode.items()
+                for k in REQUIRED_CASE_FIELDS
+                if isinstance(case, dict) and k not in case
+            ]
     overhead = results.get("overhead")
     if not isinstance(overhead, dict) or not overhead.get("added"):
         found.append("overhead section missing (needs direct and sidecar runs)")
@@ -115,6 +129,37 @@ def _replica_claims(faults: dict[str, Any], share: float) -> list[str]:
         if cascade.get("time_to_first_early_refusal_s") is None:
             found.append("faults.replicas_courier_down.cascade: never refused at the entry")
     return found
+
+
+def _soft_down_problems(by_mode: Any) -> list[str]:
+    """Orders survive the soft dependency: none fails in any mode, none is refused."""
+    if not isinstance(by_mode, dict):
+        return []
+    found = []
+    for mode, case in by_mode.items():
+        if not isinstance(case, dict):
+            continue
+        if case.get("failed_orders"):
+            found.append(f"faults.soft_down.{mode}: {case['failed_orders']} failed orders")
+        if case.get("outcome_refused"):
+            found.append(f"faults.soft_down.{mode}: {case['outcome_refused']} refused orders")
+    return found
+
+
+def _courier_down_problems(by_mode: Any, share: float) -> list[str]:
+    """The cascade refuses at the entry: its compensations stay a small share of plain's."""
+    if not isinstance(by_mode, dict):
+        return []
+    plain, cascade = by_mode.get("plain"), by_mode.get("cascade")
+    if not isinstance(plain, dict) or not isinstance(cascade, dict):
+        return []
+    ceiling = share * (plain.get("compensations") or 0)
+    if (cascade.get("compensations") or 0) > max(ceiling, 1):
+        return [
+            f"faults.courier_down.cascade: {cascade.get('compensations')} compensations, more "
+            f"than {share:.0%} of plain's {plain.get('compensations')}"
+        ]
+    return []
 
 
 def _cell(value: Any) -> str:

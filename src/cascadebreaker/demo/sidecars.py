@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cascadebreaker.demo.topology import HOST, Topology
+from cascadebreaker.demo.topology import HOST, Topology, breaker_policy
 
 
 def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
@@ -27,8 +27,13 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
         },
         "store": "memory",
         "log_level": "warning",
-        # The replica's own name in its updates: dependents count the replicas apart.
-        "cascade": {"instance": name},
+        # The replica's own name in its updates: dependents count the replicas apart. Evidence
+        # of survival must be in before a breaker opens on the failures that are that evidence:
+        # the optionality threshold stays below the breakers' failure threshold.
+        "cascade": {
+            "instance": name,
+            "optionality": {"threshold": max(1, t.failure_threshold - 1)},
+        },
         "upstreams": {
             upstream: {
                 # A peer with a sidecar is reached through its inbound listener (mesh shape);
@@ -36,7 +41,7 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
                 **_addresses([r.ingress_url for r in topology.replicas(upstream)]),
                 "timeout": topology.call_timeout(upstream),
                 "breaker": {
-                    "failure_threshold": t.failure_threshold,
+                    **breaker_policy(t),
                     "recovery_timeout": t.recovery_timeout,
                     "half_open_max_calls": t.half_open_max_calls,
                 },

@@ -28,20 +28,49 @@ class Mode(StrEnum):
 # Who calls whom: service -> the upstream names it calls. The upstream name is the target service.
 CALLS: dict[str, tuple[str, ...]] = {
     "gateway": ("order",),
-    "order": ("inventory", "payment", "shipping"),
+    # recommendations is a soft dependency: the order service falls back when it fails, and
+    # marks nothing (no `ccb-optional`): the cascade must learn that orders survive it.
+    "order": ("inventory", "payment", "shipping", "recommendations"),
     "inventory": (),
     "payment": ("payment-gateway",),
     "shipping": ("courier",),
     "payment-gateway": (),
     "courier": (),
+    "recommendations": (),
 }
 
 # External upstreams: third parties with switchable faults and no sidecar of their own (the
 # settlement API is the web demo's, `ccb demo web`).
-EXTERNAL = frozenset({"payment-gateway", "courier", "settlement-api"})
+EXTERNAL = frozenset({"payment-gateway", "courier", "recommendations", "settlement-api"})
 
 # Start order: upstreams first so that callers find them healthy.
-START_ORDER = ("payment-gateway", "courier", "inventory", "payment", "shipping", "order", "gateway")
+START_ORDER = (
+    "payment-gateway",
+    "courier",
+    "recommendations",
+    "inventory",
+    "payment",
+    "shipping",
+    "order",
+    "gateway",
+)
+
+
+# The failure-rate policy of the demo's breakers (Timings.policy == "failure_rate"): high
+# enough that half the calls failing does not open the circuit (retrying such an upstream
+# serves more orders than refusing it), low enough that an upstream that is down opens it.
+POLICIES = ("consecutive", "failure_rate")
+FAILURE_RATE = 0.8
+FAILURE_WINDOW = 20
+
+
+def breaker_policy(timings: Timings) -> dict[str, Any]:
+    """The sidecar YAML `breaker:` keys for the timings' policy."""
+    if timings.policy == "failure_rate":
+        window = {"size": FAILURE_WINDOW}
+        rate = {"rate": FAILURE_RATE, "minimum_calls": FAILURE_WINDOW // 2, "window": window}
+        return {"failure_rate": rate}
+    return {"failure_threshold": timings.failure_threshold}
 
 
 # Steps a saga orchestrator may have to undo, and how often it tries each compensation.
@@ -73,6 +102,9 @@ class Timings:
     failure_threshold: int = 5
     recovery_timeout: float = 5.0
     half_open_max_calls: int = 1
+    # When a breaker opens: `consecutive` failures (failure_threshold in a row), or a
+    # `failure_rate` (FAILURE_RATE of the last FAILURE_WINDOW calls, once it holds them).
+    policy: str = "consecutive"
 
 
 @dataclass(frozen=True)

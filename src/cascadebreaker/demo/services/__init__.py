@@ -21,6 +21,7 @@ APP_FACTORIES: dict[str, AppFactory] = {
     "shipping": backends.create_shipping_app,
     "payment-gateway": external.create_app,
     "courier": external.create_app,
+    "recommendations": external.create_app,
     "settlement-api": settlement_api.create_app,
 }
 

@@ -288,11 +288,19 @@ def _make_breaker(name: str, topology: Topology) -> CircuitBreaker:
     from cascadebreaker import CircuitBreaker, MemoryStore
 
     t = topology.timings
+    policy = None
+    if t.policy == "failure_rate":
+        from cascadebreaker import CountWindow, FailureRate
+        from cascadebreaker.demo.topology import FAILURE_RATE, FAILURE_WINDOW
+
+        window = CountWindow(FAILURE_WINDOW)
+        policy = FailureRate(window, FAILURE_RATE, FAILURE_WINDOW // 2)
     return CircuitBreaker(
         name,
         failure_threshold=t.failure_threshold,
         recovery_timeout=t.recovery_timeout,
         half_open_max_calls=t.half_open_max_calls,
+        policy=policy,
         store=MemoryStore(),
     )
 

@@ -120,7 +120,21 @@ class OrderSaga:
             "reservation": reservation["id"],
             "charge": charge["id"],
             "shipment": shipment["id"],
+            "recommendations": await self._recommendations(run),
         }
+
+    async def _recommendations(self, run: SagaRun) -> str | None:
+        """A soft dependency: without it the order is still placed, with no suggestions. The
+        call carries no `ccb-optional` header: the cascade learns that orders survive it."""
+        try:
+            response = await self.ctx.downstream("recommendations").call_ok(
+                "GET", f"/v1/recommendations?order={run.order_id}"
+            )
+        except DownstreamError:
+            self.ctx.stats.incr("recommendations_fallback")
+            return None
+        suggestion: str = response.json()["id"]
+        return suggestion
 
     async def _compensate(self, run: SagaRun) -> None:
         for name, undo in reversed(run.undo):
