@@ -262,7 +262,10 @@ def test_results_check_names_what_is_missing() -> None:
 def test_results_check_holds_the_cascade_to_its_promises_with_replicas() -> None:
     from cascadebreaker.demo.report import REPLICA_MODES, REQUIRED_CASE_FIELDS, problems
 
-    case = dict.fromkeys(REQUIRED_CASE_FIELDS, 1) | {"early_refusals_while_healthy": 0}
+    case = dict.fromkeys(REQUIRED_CASE_FIELDS, 1) | {
+        "early_refusals_while_healthy": 0,
+        "false_refusals": 0,
+    }
     faults = {
         f: {m: dict(case) for m in REPLICA_MODES}
         for f in ("replica_route", "replicas_courier_down")
@@ -313,7 +316,7 @@ def test_replicas_get_their_own_ports_sidecars_and_instance_names(tmp_path: Path
     assert order["upstreams"]["payment"]["url"] == topology.service("payment").ingress_url
     third = sidecar_config(topology, "shipping.3")
     assert third["service"] == "shipping"
-    assert third["cascade"] == {"instance": "shipping.3"}
+    assert third["cascade"]["instance"] == "shipping.3"
     again = Topology.from_json(json.loads(json.dumps(topology.to_json())))
     assert again == topology
     plain = Topology.allocate("plain", replicas={"shipping": 2})
