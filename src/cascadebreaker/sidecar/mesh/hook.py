@@ -58,7 +58,7 @@ _HOP = HOP_HEADER.encode()
 _GRPC = SIDECAR_GRPC_HEADER.encode()
 _STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
 _GRPC_ONLY = frozenset({_GRPC})
-_REFUSAL_ONLY = frozenset({REFUSAL_HEADER})
+_OURS = frozenset({_GRPC, REFUSAL_HEADER})  # response headers only a sidecar may send
 
 
 class _Sent(NamedTuple):
@@ -132,6 +132,15 @@ def _getter(headers: RawHeaders) -> Any:
     return found.get
 
 
+def _take(headers: RawHeaders, names: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """Remove headers in place; return them as (lower-case name, value)."""
+    if not any(name.lower() in names for name, _ in headers):
+        return []
+    taken = [(n.lower(), v) for n, v in headers if n.lower() in names]
+    headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
+    return taken
+
+
 def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
     """Remove headers in place (the proxy forwards this very list); return their values."""
     for name, _ in headers:  # a plain loop: no generator to resume per header
@@ -191,8 +200,10 @@ class CascadeHook:
             trace_key, caller_hop, sent_hop = state
             succeeded = outcome != "failure" and status < 600 and self.node.success[status]
             self.node.send(self.learner.inbound_done(trace_key, succeeded))
-            _strip(info.response_headers, _GRPC_ONLY)  # only we name our address
-            self._reseal_relayed_refusal(info, status, sent_hop)
+            # Only we name our address and mark refusals: one pass takes both from the app's.
+            refusals = [v for n, v in _take(info.response_headers, _OURS) if n == REFUSAL_HEADER]
+            if refusals and status == 503:
+                self._reseal_relayed_refusal(info, refusals[0], sent_hop)
             if caller_hop is not None and outcome != "rejected":
                 claim = self.node.peer_claim(caller_hop)
                 if claim is not None:
@@ -208,13 +219,10 @@ class CascadeHook:
         if claims and sent.token is not None:
             self.node.peer_claimed(info.reroute or info.target, claims[0], sent.token)
 
-    def _reseal_relayed_refusal(self, info: RequestInfo, status: int, sent_hop: str) -> None:
+    def _reseal_relayed_refusal(self, info: RequestInfo, value: bytes, sent_hop: str) -> None:
         """The app relays a refusal: only one our outbound gave it passes, sealed for the
-        caller (`refusals.py`); any other `ccb-refusal` from the app is dropped."""
-        values = _strip(info.response_headers, _REFUSAL_ONLY)
-        if not values or status != 503:
-            return
-        code = open_seal(self.runtime.refusal_key, values[0])
+        caller (`refusals.py`); any other `ccb-refusal` from the app stays dropped."""
+        code = open_seal(self.runtime.refusal_key, value)
         if code is not None:
             mark = seal(self.node.secret, code, sent_hop)
             info.response_headers.append((REFUSAL_HEADER, mark))
