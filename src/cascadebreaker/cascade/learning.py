@@ -46,6 +46,7 @@ class InboundDecision(NamedTuple):
     trace_key: str | None  # pass back to `inbound_done`
     refusal: Unavailability | None  # refuse with 503 when set
     from_sidecar: bool  # learning headers are trusted; strip them when False
+    started_trace: str | None = None  # a `traceparent` to add to the request (we began it)
 
 
 class OutboundDecision(NamedTuple):
@@ -72,6 +73,7 @@ class Learner:
         learn_from_traces: bool = True,
         ledger: SurvivalLedger | None = None,
         trickle: TrickleGate | None = None,
+        new_traceparent: Callable[[], str] | None = None,
     ) -> None:
         self.table = table
         self.service = table.service
@@ -85,6 +87,9 @@ class Learner:
         # endpoint held unavailable over a learned edge show that it survives.
         self.ledger = ledger
         self.trickle = trickle
+        # Begin a trace for a request that carries none (None: never), so that an app that
+        # passes `traceparent` on gives its calls a trace to be correlated with.
+        self.new_traceparent = new_traceparent
 
     def inbound(
         self, method: str, path: str, get: HeaderGetter, *, peer_host: str | None
@@ -105,11 +110,15 @@ class Learner:
         if refusal is not None and self._trickles(endpoint):
             refusal = None
         key: str | None = None
+        started: str | None = None
         if refusal is None and self.learn_from_traces:
             key = trace_key_of(get)
+            if key is None and self.new_traceparent is not None:
+                started = self.new_traceparent()
+                key = trace_key_of({"traceparent": started}.get)
             if key is not None:
                 self.traces.begin(key, endpoint)
-        return InboundDecision(endpoint, key, refusal, from_sidecar)
+        return InboundDecision(endpoint, key, refusal, from_sidecar, started)
 
     def inbound_done(
         self, trace_key: str | None, succeeded: bool = True

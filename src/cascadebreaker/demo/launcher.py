@@ -188,23 +188,22 @@ class DemoSystem:
         for name, spec in self.topology.services.items():  # upstreams first
             processes[name] = self.service_process(name)
             if spec.sidecar is not None and spec.admin_url is not None:
-                config = write_sidecar_config(self.topology, name, self.workdir)
-                processes[f"{name}-sidecar"] = ManagedProcess(
-                    f"{name}-sidecar",
-                    [
-                        sys.executable,
-                        "-m",
-                        "cascadebreaker.cli",
-                        "sidecar",
-                        "--config",
-                        str(config),
-                    ],
-                    f"{spec.admin_url}/healthz",
-                    self.workdir / f"{name}-sidecar.log",
-                    # One secret per demo run: cascade updates between the sidecars are signed.
-                    {"CCB_SECRET": self.secret},
-                )
+                processes[f"{name}-sidecar"] = self.sidecar_process(name)
         return processes
+
+    def sidecar_process(self, name: str, start_traces: bool = False) -> ManagedProcess:
+        """The sidecar of one demo service (its config written into the work directory)."""
+        spec = self.topology.service(name)
+        assert spec.admin_url is not None, f"{name} has no sidecar"
+        config = write_sidecar_config(self.topology, name, self.workdir, start_traces)
+        return ManagedProcess(
+            f"{name}-sidecar",
+            [sys.executable, "-m", "cascadebreaker.cli", "sidecar", "--config", str(config)],
+            f"{spec.admin_url}/healthz",
+            self.workdir / f"{name}-sidecar.log",
+            # One secret per demo run: cascade updates between the sidecars are signed.
+            {"CCB_SECRET": self.secret},
+        )
 
     def _wait_healthy(self, processes: list[ManagedProcess], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -9,7 +9,7 @@ from typing import Any
 from cascadebreaker.demo.topology import HOST, Topology, breaker_policy
 
 
-def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
+def sidecar_config(topology: Topology, name: str, start_traces: bool = False) -> dict[str, Any]:
     """The `ccb sidecar --config` document for service `name` (schema of issue 3)."""
     spec = topology.service(name)
     if spec.sidecar is None:
@@ -33,6 +33,9 @@ def sidecar_config(topology: Topology, name: str) -> dict[str, Any]:
         "cascade": {
             "instance": name,
             "optionality": {"threshold": max(1, t.failure_threshold - 1)},
+            # For an entry whose clients send no trace context (a browser): the sidecar
+            # begins the trace, the app passes it on.
+            "start_traces": start_traces,
         },
         "upstreams": {
             upstream: {
@@ -55,9 +58,11 @@ def _addresses(urls: list[str]) -> dict[str, Any]:
     return {"url": urls[0]} if len(urls) == 1 else {"urls": urls}
 
 
-def write_sidecar_config(topology: Topology, name: str, directory: Path) -> Path:
+def write_sidecar_config(
+    topology: Topology, name: str, directory: Path, start_traces: bool = False
+) -> Path:
     """Write the sidecar config of `name` into `directory` and return its path."""
-    document = sidecar_config(topology, name)
+    document = sidecar_config(topology, name, start_traces)
     path = directory / f"{name}-sidecar.yaml"
     try:
         import yaml

@@ -82,7 +82,7 @@ COMPENSATION_PROBE_WAIT = 0.25
 
 def _budget(service: str) -> int:
     """Call-timeout units a call to `service` may take: its calls in sequence, compensations too."""
-    steps = sum(_budget(upstream) for upstream in CALLS[service])
+    steps = sum(_budget(upstream) for upstream in CALLS.get(service, ()))  # unlisted: a leaf
     undo = sum(_budget(upstream) for upstream in COMPENSATED.get(service, ()))
     return 1 + steps + undo * COMPENSATION_ATTEMPTS
 

@@ -37,6 +37,12 @@ def add_arguments(parser: Any) -> None:
         default=1.0,
         help="seconds the page waits for the settlement API (default 1)",
     )
+    parser.add_argument(
+        "--sidecars",
+        action="store_true",
+        help="serve the page through its own sidecar, which calls the settlement API (the "
+        "cascade learns that the page survives it: it is never refused)",
+    )
     parser.set_defaults(handler=run_demo_web)
 
 
@@ -99,7 +105,7 @@ def run_demo_web(args: argparse.Namespace) -> int:
         failure_threshold=args.failure_threshold,
         recovery_timeout=args.recovery_timeout,
     )
-    system = WebDemoSystem.create_web(timings, args.port)
+    system = WebDemoSystem.create_web(timings, args.port, sidecars=args.sidecars)
     sigterm_as_interrupt()
     try:
         system.start()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import os
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +13,31 @@ import httpx
 
 from cascadebreaker import CircuitBreaker
 from cascadebreaker.integrations.inertia import GuardedProp, StaleCache, guarded_prop
+
+# The inbound request's W3C traceparent: the settlement call carries a child of it, so a sidecar
+# in front of the page can tell which page request a failed call belonged to.
+current_traceparent: ContextVar[str | None] = ContextVar("current_traceparent", default=None)
+
+
+def trace_context_middleware(get_response: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Django middleware: remember the request's `traceparent` while it is served."""
+
+    def middleware(request: Any) -> Any:
+        token = current_traceparent.set(request.META.get("HTTP_TRACEPARENT"))
+        try:
+            return get_response(request)
+        finally:
+            current_traceparent.reset(token)
+
+    return middleware
+
+
+def _child_headers() -> dict[str, str]:
+    parent = current_traceparent.get()
+    parts = parent.split("-") if parent else []
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return {}
+    return {"traceparent": f"00-{parts[1]}-{os.urandom(8).hex()}-{parts[3]}"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +86,9 @@ class SettlementSource:
 
     def fetch(self, day: datetime.date) -> list[dict[str, Any]]:
         """The day's settlements from the API; raises on a timeout, a network error or a 5xx."""
-        response = self.client.get("/v1/settlements", params={"day": day.isoformat()})
+        response = self.client.get(
+            "/v1/settlements", params={"day": day.isoformat()}, headers=_child_headers()
+        )
         response.raise_for_status()
         rows: list[dict[str, Any]] = response.json()["settlements"]
         return rows

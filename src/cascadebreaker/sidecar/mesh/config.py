@@ -5,6 +5,8 @@ cascade:
   secret: "..."              # else the CCB_SECRET environment variable, else unauthenticated
   learning: true             # learn edges from calls (ccb-serving-endpoint, trace context)
   learn_from_traces: true    # correlate traceparent / b3 / x-request-id
+  start_traces: false        # add a traceparent to inbound requests that carry none (for
+                             #   apps that pass it on but never start one)
   edge_ttl: 600              # seconds an unseen learned edge lives
   namespace: ccb             # Redis channel `ccb:cascade:<namespace>` (store: redis://)
   redis: redis://...         # default: `store` when it is a Redis URL
@@ -128,6 +130,7 @@ class CascadeConfig(_Strict):
     secret: str | None = None
     learning: bool = True
     learn_from_traces: bool = True
+    start_traces: bool = False
     edge_ttl: float = Field(default=600.0, gt=0)
     namespace: str = Field(default="ccb", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     redis: str | None = None

@@ -236,6 +236,8 @@ class CascadeHook:
             decision = self.learner.inbound(info.method, info.path, get, peer_host=info.client)
             endpoint, refusal = decision.endpoint, decision.refusal
             trace_key, from_sidecar = decision.trace_key, decision.from_sidecar
+            if decision.started_trace is not None:  # `start_traces`: the app joins our trace
+                headers.append((b"traceparent", decision.started_trace.encode("ascii")))
         else:
             endpoint = self.templates.endpoint(info.service, info.method, info.path)
             refusal = self.table.check(endpoint)

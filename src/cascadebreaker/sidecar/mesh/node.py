@@ -59,6 +59,11 @@ MAX_PEERS_PER_UPSTREAM = 64  # sidecars (replicas) of one upstream we subscribe 
 _untrusted_claims = RateLimitedLog(log, logging.INFO)
 
 
+def _new_traceparent() -> str:
+    """A W3C traceparent for a new, sampled trace."""
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
 class CascadeNode:
     """The cascade state of one sidecar and the transports that carry its updates."""
 
@@ -104,6 +109,7 @@ class CascadeNode:
             learn_from_traces=config.learn_from_traces,
             ledger=self.ledger,
             trickle=trickle,
+            new_traceparent=_new_traceparent if config.start_traces else None,
         )
         loopback_only = self.secret is None
         tls = installed_tls(runtime)  # peers' Watch streams dial TLS when it is configured

@@ -18,6 +18,7 @@ def django_settings(config: SourceConfig, *, debug: bool = False) -> dict[str, A
         "ROOT_URLCONF": "cascadebreaker.demo.web.site.urls",
         "INSTALLED_APPS": ["inertia", "cascadebreaker.demo.web.site"],
         "MIDDLEWARE": [
+            "cascadebreaker.demo.web.source.trace_context_middleware",
             "django.middleware.security.SecurityMiddleware",
             "django.contrib.sessions.middleware.SessionMiddleware",
             "django.middleware.csrf.CsrfViewMiddleware",
