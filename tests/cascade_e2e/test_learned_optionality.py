@@ -9,12 +9,15 @@ B is a plain app, killed in the tests; A's breaker for B opens after three failu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from cascadebreaker.sidecar.grpc.client import SidecarClient
 
 from .apps import App, Call
 from .conftest import Sidecar, app, get, make_sidecar, start_all, wait_for
@@ -35,6 +38,11 @@ class Site:
         edges = self.a.cascade()["edges"]
         found: dict[str, Any] = next(e for e in edges if e["caller"] == f"A GET {caller}")
         return found
+
+
+async def _check(address: str, upstream: str, endpoint: str) -> Any:
+    async with SidecarClient(address) as client:
+        return await client.check(upstream, endpoint)
 
 
 @pytest.fixture
@@ -77,6 +85,17 @@ def test_the_failures_that_trip_the_breaker_teach_optionality(site: Site) -> Non
     assert site.a.available("GET /page")
     for _ in range(5):
         assert site.call("/page") == 200  # never refused because of B
+    # /availability and gRPC Check show the edge with its optionality and evidence.
+    shown = site.a.availability("GET /page")["edges"]
+    assert [(e["callee"], e["optionality"]) for e in shown] == [
+        ("B GET /widget", "optional (learned)")
+    ]
+    check = asyncio.run(_check(site.a.grpc_address, "B", "GET /widget"))
+    by_caller = {e.caller: e for e in check.edges}
+    assert by_caller["A GET /page"].optionality == "optional (learned)"
+    assert by_caller["A GET /page"].survived >= 3
+    assert by_caller["A GET /hard"].optionality == "required"
+    assert by_caller["A GET /hard"].required
     # The endpoint that fails with B is refused early, as before (a trickled request fails).
     assert not site.a.available("GET /hard")
     assert site.call("/hard") in (503, 424)

@@ -55,6 +55,7 @@ from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import RouteResolver
 from cascadebreaker.sidecar.proxy.ports import (
     AvailabilityView,
+    EdgesTo,
     UpdateSource,
     WatchEnded,
     WatchSubscription,
@@ -81,6 +82,7 @@ class CallRuntime(Protocol):
     route_resolver: RouteResolver
     availability: AvailabilityView | None
     update_source: UpdateSource | None
+    edges_to: EdgesTo | None
 
     @property
     def routes(self) -> Mapping[str, Route]:
@@ -214,6 +216,7 @@ class SidecarService:
                 wait = max(wait if blocked else 0.0, unavailable.expires_at - self._wall())
             share = view.instances(target)
             fraction, live = share.fraction, share.live
+        edges_to = getattr(self.runtime, "edges_to", None)  # set when the cascade is plugged in
         return pb.CheckResponse(
             available=not blocked and not chain,
             circuit_state=circuit_state(state),
@@ -221,6 +224,17 @@ class SidecarService:
             cause_chain=cause_chain_to_proto(chain),
             available_fraction=fraction,
             live_instances=live,
+            edges=[
+                pb.DependencyEdge(
+                    caller=e["caller"],
+                    callee=e["callee"],
+                    required=e["required"],
+                    optionality=e["optionality"],
+                    survived=e["evidence"]["survived"],
+                    failed_with=e["evidence"]["failedWith"],
+                )
+                for e in (edges_to(target) if edges_to is not None else ())
+            ],
         )
 
     async def Watch(self, request: Any, context: Any) -> AsyncIterator[Any]:

@@ -76,6 +76,8 @@ def availability_route(node: CascadeNode) -> Callable[[str], tuple[int, dict[str
                 answer[CIRCUIT_STATE] = breaker.state.value
         answer[CAUSE_CHAIN] = chain_to_list(chain)
         answer[RETRY_AFTER] = json_seconds(wait) if chain else 0.0
+        # The learned edges from (ours) or to (a target) this endpoint, with optionality.
+        answer["edges"] = node.edges_to(endpoint)
         return 200, answer
 
     return answer

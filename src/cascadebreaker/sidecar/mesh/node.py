@@ -14,13 +14,14 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from cascadebreaker.cascade import (
     AvailabilityTable,
     AvailabilityUpdate,
     DependencyGraph,
+    Edge,
     Endpoint,
     Learner,
     OptionalityRules,
@@ -405,12 +406,26 @@ class CascadeNode:
 
     # -- views ------------------------------------------------------------------------------
 
-    def edges(self) -> list[dict[str, Any]]:
-        """Every edge with its optionality (`required`, `optional (marked)`, `optional
-        (learned)`) and the evidence of survival behind it."""
+    def edges_to(self, callee: Endpoint) -> list[dict[str, Any]]:
+        """Our edges to `callee` (to any endpoint of its service when it is service-wide), as
+        `edges()` shows them, for `Check` and `/availability`."""
+        wide = callee == Endpoint.service_wide(callee.service)
+        return self.edges(
+            lambda e: (
+                e.callee == callee
+                or e.caller == callee
+                or (wide and callee.service in (e.callee.service, e.caller.service))
+            )
+        )
+
+    def edges(self, keep: Callable[[Edge], bool] | None = None) -> list[dict[str, Any]]:
+        """Every edge (that `keep` keeps) with its optionality (`required`, `optional
+        (marked)`, `optional (learned)`) and the evidence of survival behind it."""
         graph = self.table.graph
         found = []
         for edge in graph.edges():
+            if keep is not None and not keep(edge):
+                continue
             evidence = (
                 self.ledger.evidence(edge.caller, edge.callee) if self.ledger is not None else None
             )

@@ -41,6 +41,7 @@ def install_cascade(host: PluginHost) -> CascadeNode | None:
     host.collectors.append(CascadeCollector(node))
     host.availability = node.table  # the gRPC API's Check and Watch read these
     host.update_source = node.hub.source
+    host.edges_to = node.edges_to
     host.plugins[PLUGIN_NAME] = node
     node.start()
     return node

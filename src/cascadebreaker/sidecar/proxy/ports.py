@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdminRoute",
     "AvailabilityView",
+    "EdgesTo",
     "InstanceShare",
     "Plugin",
     "PluginHost",
@@ -127,6 +128,10 @@ class RoutePort(Protocol):
         ...
 
 
+EdgesTo = Callable[["Endpoint"], list[dict[str, Any]]]
+"""A target endpoint -> our learned edges to it, with their optionality and evidence (the
+cascade's; `Check` and `/availability` show them)."""
+
 RefusalTrust = Callable[[RoutePort, "RequestInfo | None", bytes], bool]
 """(route, the call's hook info, the `ccb-refusal` value) -> honour it (refusals.py)."""
 
@@ -154,6 +159,7 @@ class PluginHost(Protocol):
     collectors: list[Any]
     availability: AvailabilityView | None
     update_source: UpdateSource | None
+    edges_to: EdgesTo | None
     plugins: dict[str, Plugin]
     refusal_key: bytes  # seals the refusals this process gives its own app (refusals.py)
     refusal_trust: RefusalTrust

@@ -21,6 +21,7 @@ from cascadebreaker.sidecar.proxy.pipeline import CallPipeline
 from cascadebreaker.sidecar.proxy.ports import (
     AdminRoute,
     AvailabilityView,
+    EdgesTo,
     Plugin,
     RefusalTrust,
     UpdateSource,
@@ -107,6 +108,7 @@ class SidecarRuntime:
         # Views the gRPC API reads (Check, Watch) when a plug-in provides them.
         self.availability: AvailabilityView | None = None
         self.update_source: UpdateSource | None = None
+        self.edges_to: EdgesTo | None = None
         self.plugins: dict[str, Plugin] = {}  # by name, e.g. "cascade"; closed with the runtime
         # Our refusals to our own app are sealed with a key of this process; which upstream
         # refusals are honoured (not failures) is the cascade's to decide when it has a secret.

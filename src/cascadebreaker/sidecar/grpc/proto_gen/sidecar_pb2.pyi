@@ -87,20 +87,38 @@ class CheckRequest(_message.Message):
     def __init__(self, upstream: _Optional[str] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("available", "circuit_state", "retry_after_ms", "cause_chain", "available_fraction", "live_instances")
+    __slots__ = ("available", "circuit_state", "retry_after_ms", "cause_chain", "available_fraction", "live_instances", "edges")
     AVAILABLE_FIELD_NUMBER: _ClassVar[int]
     CIRCUIT_STATE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     CAUSE_CHAIN_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_FRACTION_FIELD_NUMBER: _ClassVar[int]
     LIVE_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    EDGES_FIELD_NUMBER: _ClassVar[int]
     available: bool
     circuit_state: CircuitState
     retry_after_ms: int
     cause_chain: _containers.RepeatedCompositeFieldContainer[Cause]
     available_fraction: float
     live_instances: int
-    def __init__(self, available: _Optional[bool] = ..., circuit_state: _Optional[_Union[CircuitState, str]] = ..., retry_after_ms: _Optional[int] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., available_fraction: _Optional[float] = ..., live_instances: _Optional[int] = ...) -> None: ...
+    edges: _containers.RepeatedCompositeFieldContainer[DependencyEdge]
+    def __init__(self, available: _Optional[bool] = ..., circuit_state: _Optional[_Union[CircuitState, str]] = ..., retry_after_ms: _Optional[int] = ..., cause_chain: _Optional[_Iterable[_Union[Cause, _Mapping]]] = ..., available_fraction: _Optional[float] = ..., live_instances: _Optional[int] = ..., edges: _Optional[_Iterable[_Union[DependencyEdge, _Mapping]]] = ...) -> None: ...
+
+class DependencyEdge(_message.Message):
+    __slots__ = ("caller", "callee", "required", "optionality", "survived", "failed_with")
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    CALLEE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONALITY_FIELD_NUMBER: _ClassVar[int]
+    SURVIVED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_WITH_FIELD_NUMBER: _ClassVar[int]
+    caller: str
+    callee: str
+    required: bool
+    optionality: str
+    survived: float
+    failed_with: float
+    def __init__(self, caller: _Optional[str] = ..., callee: _Optional[str] = ..., required: _Optional[bool] = ..., optionality: _Optional[str] = ..., survived: _Optional[float] = ..., failed_with: _Optional[float] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("subscriber_service", "endpoints", "since_version")
