@@ -49,7 +49,7 @@ def test_the_demo_state_file_gives_every_sidecar_service_and_fault_switch(
 
     sources = from_arguments(["http://127.0.0.1:9/"], demo=True, redis=None, namespace="ccb")
 
-    assert len(sources.services) == 7
+    assert len(sources.services) == 8  # recommendations too: a soft dependency
     assert sorted(s for s in sources.sidecars.values() if s) == [
         "gateway",
         "inventory",
@@ -58,7 +58,7 @@ def test_the_demo_state_file_gives_every_sidecar_service_and_fault_switch(
         "shipping",
     ]
     assert "http://127.0.0.1:9" in sources.sidecars
-    assert set(sources.fault_urls) == {"courier", "payment-gateway"}
+    assert set(sources.fault_urls) == {"courier", "payment-gateway", "recommendations"}
 
 
 def test_no_running_demo_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

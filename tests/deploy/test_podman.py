@@ -164,6 +164,9 @@ def pod(image: BuiltImage) -> Iterator[str]:
     objects = [
         d for d in docs if d["kind"] in ("ConfigMap", "Secret") and d["metadata"]["name"] in wanted
     ]
+    for config in objects:  # one pod, no Redis beside it: ready without the shared store
+        if config["metadata"]["name"] == f"{SERVICE}-ccb":
+            config["data"] = {k: v + "store_optional: true\n" for k, v in config["data"].items()}
     (deployment,) = [
         d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == SERVICE
     ]

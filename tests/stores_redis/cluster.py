@@ -8,6 +8,7 @@ within a few seconds.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -100,9 +101,30 @@ def _spawn(port: int, workdir: Path) -> subprocess.Popen[bytes]:
             "--dir",
             str(workdir),
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=(workdir / f"{port}.log").open("ab"),
+        stderr=subprocess.STDOUT,
     )
+
+
+def _bus_port_free(port: int) -> bool:
+    """Whether the node's cluster bus port (port + 10000) can be bound now."""
+    if port + 10000 >= 65536:
+        return False
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            return False
+    return True
+
+
+def _answering(cluster: LocalCluster, ports: list[int]) -> bool:
+    """Every node answers PING; a node that died (a port taken meanwhile) fails at once."""
+    for node in cluster.nodes:
+        if node.process.poll() is not None:
+            log = (cluster.workdir / f"{node.port}.log").read_text(errors="replace")[-800:]
+            raise RuntimeError(f"redis node {node.port} exited: {log}")
+    return all("PONG" in cluster.cli(p, "PING") for p in ports)
 
 
 def _until(predicate: object, what: str, timeout: float = 20.0) -> None:
@@ -121,11 +143,12 @@ def local_cluster() -> Iterator[LocalCluster]:
     ports: list[int] = []
     while len(ports) < 6:
         port = free_port()
-        if port not in ports and port + 10000 < 65536:  # the cluster bus is port + 10000
+        if port not in ports and _bus_port_free(port):  # the cluster bus is port + 10000
             ports.append(port)
     cluster = LocalCluster([ClusterNode(p, _spawn(p, workdir)) for p in ports], workdir)
     try:
-        _until(lambda: all("PONG" in cluster.cli(p, "PING") for p in ports), "nodes answering")
+        # A bound on a hang (start-up is slow on a loaded machine), not a timing claim.
+        _until(lambda: _answering(cluster, ports), "nodes answering", 60)
         created = subprocess.run(
             [
                 "redis-cli",
