@@ -4,7 +4,9 @@ breaker with no exception reaching a caller."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -129,3 +131,33 @@ def _replica_info(cluster: LocalCluster, master: int) -> str:
             port = int(parts[1].split("@")[0].rsplit(":", 1)[1])
             return cluster.cli(port, "INFO", "replication")
     return ""
+
+
+async def test_the_cascade_bus_runs_on_the_cluster(cluster: LocalCluster) -> None:
+    """`store: redis+cluster://` also carries the cascade's updates (pub/sub through a node)."""
+    from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint
+    from cascadebreaker.sidecar.mesh.redis_bus import RedisBus
+
+    heard: list[AvailabilityUpdate] = []
+    namespace = f"c-{uuid.uuid4().hex[:8]}"
+    sender = RedisBus(cluster.url, namespace, lambda u: None, lambda: None)
+    listener = RedisBus(cluster.url, namespace, heard.append, lambda: None)
+    sender.start()
+    listener.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 15
+        while not (sender.connected and listener.connected):
+            assert asyncio.get_running_loop().time() < deadline, "buses connected"
+            await asyncio.sleep(0.05)
+        endpoint = Endpoint("B", "GET", "/b")
+        chain = (Cause(Endpoint.service_wide("Z"), "circuit open"), Cause(endpoint, "requires"))
+        update = AvailabilityUpdate(
+            "B", endpoint, False, chain, round(time.time() + 30, 3), 1, instance="b-1"
+        )
+        sender.publish([update])
+        while heard != [update]:
+            assert asyncio.get_running_loop().time() < deadline, "the update heard"
+            await asyncio.sleep(0.05)
+    finally:
+        sender.close()
+        listener.close()
