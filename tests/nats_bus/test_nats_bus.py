@@ -24,7 +24,7 @@ def unavailable(version: int, instance: str = "b-1") -> AvailabilityUpdate:
     return AvailabilityUpdate("B", B, False, chain, expires_at, version, instance=instance)
 
 
-async def until(check: Callable[[], bool], what: str, deadline: float = 15.0) -> None:
+async def until(check: Callable[[], bool], what: str, deadline: float = 30.0) -> None:
     end = time.monotonic() + deadline
     while not check():
         if time.monotonic() > end:
