@@ -182,3 +182,18 @@ def test_an_endpoint_that_fails_with_its_dependency_stops_trickling(clock: FakeC
         assert not _request(hooks, clock, 502)
     assert hooks.table.graph.optionality(PAGE, WIDGET) == OPTIONALITY_REQUIRED
     assert hooks.trickle is not None and hooks.trickle.passed == 0
+
+
+def test_a_failed_call_retried_with_success_is_no_evidence(clock: FakeClock) -> None:
+    hooks = _learner(clock)
+    for _ in range(5):  # the app retries a failed call and gets its answer: nothing survived
+        trace = f"00-{os.urandom(16).hex()}-{'a' * 16}-01"
+        get = {"traceparent": trace}.get
+        inbound = hooks.inbound("GET", "/reports/settlements", get, peer_host=None)
+        first = hooks.outbound("settlement", "GET", "/v1/settlements", get)
+        hooks.call_failed(first.trace_key, first.callee)
+        again = hooks.outbound("settlement", "GET", "/v1/settlements", get)
+        hooks.call_succeeded(again.trace_key, again.callee)
+        hooks.inbound_done(inbound.trace_key, True)
+    assert hooks.ledger is not None and hooks.ledger.evidence(PAGE, WIDGET) is None
+    assert hooks.table.graph.optionality(PAGE, WIDGET) == OPTIONALITY_REQUIRED

@@ -241,7 +241,7 @@ def test_results_check_names_what_is_missing() -> None:
     complete["faults"]["intermittent"]["plain"]["early_refusals_while_healthy"] = 2
     del complete["overhead"]
     complete["faults"]["soft_down"]["cascade"] |= {"outcome_refused": 3, "false_refusals": 3}
-    complete["faults"]["soft_down"]["none"]["failed_orders"] = 2
+    complete["faults"]["soft_down"]["none"] |= {"failed_orders": 3, "outcome_failed": 2}
     complete["faults"]["courier_down"]["plain"]["compensations"] = 100
     complete["faults"]["courier_down"]["cascade"]["compensations"] = 6
     complete["faults"]["intermittent@failure_rate"] = {"plain": {}}
@@ -250,7 +250,7 @@ def test_results_check_names_what_is_missing() -> None:
         "faults.gateway_slow.cascade.recovery_s missing",
         "faults.intermittent.plain: early refusals while healthy",
         "faults.soft_down.cascade: 3 false refusals",
-        "faults.soft_down.none: 2 failed orders",
+        "faults.soft_down.none: 2 failed sagas",
         "faults.soft_down.cascade: 3 refused orders",
         "faults.courier_down.cascade: 6 compensations, more than 5% of plain's 100",
         *[f"faults.intermittent@failure_rate.plain.{k} missing" for k in REQUIRED_CASE_FIELDS],

@@ -141,6 +141,12 @@ class Learner:
                 changed.append(endpoint)
         return self.table.graph_changed(changed) if changed else ()
 
+    def call_succeeded(self, trace_key: str | None, callee: Endpoint) -> None:
+        """A call our app made (under `trace_key`) succeeded: an earlier failure of the same
+        callee in that trace was retried away, so it is no evidence of survival."""
+        if trace_key is not None and self.ledger is not None:
+            self.traces.callee_answered(trace_key, callee)
+
     def call_failed(self, trace_key: str | None, callee: Endpoint) -> None:
         """A call our app made (under `trace_key`) failed or was refused."""
         if trace_key is not None and self.ledger is not None:

@@ -217,6 +217,13 @@ class TraceTable:
         entry.failed = None
         return entry.endpoint, failed
 
+    def callee_answered(self, key: str, callee: Endpoint) -> None:
+        """A later call to `callee` under `key` succeeded (the app retried): what the endpoint
+        answers says nothing about surviving that callee's failure."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.failed and callee in entry.failed:
+            entry.failed.remove(callee)
+
     def callee_failed(self, key: str, callee: Endpoint) -> None:
         """A call made under `key` failed or was refused (bounded per trace)."""
         entry = self._entries.get(key)

@@ -28,11 +28,12 @@ def sidecar_config(topology: Topology, name: str, start_traces: bool = False) ->
         "store": "memory",
         "log_level": "warning",
         # The replica's own name in its updates: dependents count the replicas apart. Evidence
-        # of survival must be in before a breaker opens on the failures that are that evidence:
-        # the optionality threshold stays below the breakers' failure threshold.
+        # of survival must be in before a breaker opens on the failures that are that evidence,
+        # and it counts when an order answers: the optionality threshold stays well below the
+        # breakers' failure threshold, so the orders still in flight when it trips are spare.
         "cascade": {
             "instance": name,
-            "optionality": {"threshold": max(1, t.failure_threshold - 1)},
+            "optionality": {"threshold": max(1, t.failure_threshold - 2)},
             # For an entry whose clients send no trace context (a browser): the sidecar
             # begins the trace, the app passes it on.
             "start_traces": start_traces,

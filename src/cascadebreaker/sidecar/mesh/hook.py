@@ -214,6 +214,8 @@ class CascadeHook:
             return
         if outcome != "success":  # failed, refused by us or by the upstream's sidecar
             self.learner.call_failed(sent.trace_key, sent.callee)
+        elif sent.trace_key is not None:  # a retry that succeeded undoes the failure's evidence
+            self.learner.call_succeeded(sent.trace_key, sent.callee)
         # For sidecars only; the app never sees it.
         claims = _strip(info.response_headers, _GRPC_ONLY)
         if claims and sent.token is not None:
