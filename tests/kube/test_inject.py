@@ -104,7 +104,9 @@ def test_interception_disabled_sets_the_proxy_env_and_uninject_removes_only_that
     out = inject(original)
     app, worker = pod_spec(out)["containers"]
     assert {"name": "HTTP_PROXY", "value": "http://127.0.0.1:15001"} in app["env"]
+    assert {"name": "http_proxy", "value": "http://127.0.0.1:15001"} in app["env"]  # curl's
     assert {"name": "HTTP_PROXY", "value": "mine"} in worker["env"]  # the app's own value kept
+    assert "http_proxy" not in {e["name"] for e in worker["env"]}  # ... for both spellings
     assert NETINIT not in [c["name"] for c in pod_spec(out)["initContainers"]]
     assert inject(out) == out
     assert uninject(out) == original

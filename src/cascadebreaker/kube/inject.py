@@ -278,18 +278,21 @@ def _add_proxy_env(containers: list[Manifest], options: InjectOptions) -> dict[s
 
     Returns, per container, the variables added (variables the app sets itself are kept).
     """
-    wanted = {
-        "HTTP_PROXY": f"http://127.0.0.1:{options.outbound_port}",
-        "NO_PROXY": "127.0.0.1,localhost",
-    }
+    # Both spellings: curl and most tools read only the lower-case `http_proxy`, others only
+    # the upper-case one. An app that sets either spelling keeps its own choice for both.
+    wanted = (
+        (("http_proxy", "HTTP_PROXY"), f"http://127.0.0.1:{options.outbound_port}"),
+        (("no_proxy", "NO_PROXY"), "127.0.0.1,localhost"),
+    )
     added: dict[str, list[str]] = {}
     for container in containers:
         env = container.setdefault("env", [])
         present = {e.get("name") for e in env}
-        for name, value in wanted.items():
-            if name not in present:
-                env.append({"name": name, "value": value})
-                added.setdefault(str(container.get("name")), []).append(name)
+        for names, value in wanted:
+            if present.isdisjoint(names):
+                for name in names:
+                    env.append({"name": name, "value": value})
+                    added.setdefault(str(container.get("name")), []).append(name)
     return added
 
 
