@@ -170,7 +170,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_0(
     # The admin listener stays up: not ready, yet alive.
     ready = httpx.get(sidecar.url("admin") + "/readyz", timeout=5)
     assert ready.status_code == 503
-    assert ready.json()["status"] == "not ready"
+    assert ready.json() == {"status": "not ready", "store": "connected"}  # draining
     assert httpx.get(sidecar.url("admin") + "/healthz", timeout=5).status_code == 200
     upstream.state.release.set()
     caller.join(timeout=20)
