@@ -128,11 +128,13 @@ def test_an_unreachable_redis_at_start_is_not_ready_until_it_connects(
         own_redis_server.start()
         _until("ready once Redis is up", lambda: (_readyz(sidecar) or (0,))[0] == 200)
         assert _readyz(sidecar) == (200, {"status": "ready", "store": "connected"})
+        # The log's watcher polls the store on its own clock: wait for its line, then stop.
+        connected = f"store {own_redis_server.url} connected"
+        _until("the connected line", lambda: any(connected in line for line in lines))
     finally:
         sidecar.stop()
         reader.join(timeout=10)
         process.stderr.close()
-    assert any(f"store {own_redis_server.url} connected" in line for line in lines)
 
 
 def test_store_optional_is_ready_without_redis(sidecar_factory: Any, own_redis_server: Any) -> None:
