@@ -20,18 +20,12 @@ from cascadebreaker.demo.control import fault_url
 from cascadebreaker.demo.launcher import DemoSystem
 from cascadebreaker.demo.load import LoadReport, percentile, run_load
 from cascadebreaker.demo.observe import ServiceView, observe, reset_stats, total
+from cascadebreaker.demo.report import FAULT_NAMES
 from cascadebreaker.demo.topology import Mode, Timings
 
 # Experiment mode name -> how the demo runs it.
 MODES: dict[str, Mode] = {"none": Mode.DIRECT, "plain": Mode.PLAIN, "cascade": Mode.SIDECAR}
-FAULTS = (
-    "courier_down",
-    "gateway_slow",
-    "intermittent",
-    "soft_down",
-    "replica_route",
-    "replicas_courier_down",
-)
+FAULTS = FAULT_NAMES  # one list: what the experiment runs is what --check expects
 # Faults run with replicas: one shipping replica of three losing its route to the courier (the
 # cascade must refuse no order another replica can serve), and the courier down for all three
 # (the cascade must still refuse at the entry).
