@@ -166,6 +166,28 @@ class SidecarProcess:
         return self.process.returncode
 
 
+def start_ccb_sidecar(config: dict[str, Any], tmp_path: Path) -> SidecarProcess:
+    """`ccb sidecar --config FILE` for `config` (its gRPC and admin listeners set), ready."""
+    grpc_address, admin_address = config["listen"]["grpc"], config["listen"]["admin"]
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(yaml.safe_dump(config))
+    ccb = Path(sys.executable).with_name("ccb")
+    process = subprocess.Popen([str(ccb), "sidecar", "--config", str(path)])
+    sidecar = SidecarProcess(process, grpc_address, f"http://{admin_address}")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(f"{sidecar.admin_url}/readyz", timeout=1) as reply:
+                if reply.status == 200:
+                    return sidecar
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            sidecar.stop()
+            pytest.fail("ccb sidecar did not become ready")
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def sidecar_process(upstream_server: str, tmp_path: Path) -> Iterator[SidecarProcess]:
     """`ccb sidecar --config FILE` with the gRPC listener on a free port, up and ready."""
@@ -187,22 +209,6 @@ def sidecar_process(upstream_server: str, tmp_path: Path) -> Iterator[SidecarPro
         },
         "log_level": "warning",
     }
-    path = tmp_path / "sidecar.yaml"
-    path.write_text(yaml.safe_dump(config))
-    ccb = Path(sys.executable).with_name("ccb")
-    process = subprocess.Popen([str(ccb), "sidecar", "--config", str(path)])
-    sidecar = SidecarProcess(process, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{admin_port}")
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(f"{sidecar.admin_url}/readyz", timeout=1) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            sidecar.stop()
-            pytest.fail("ccb sidecar did not become ready")
-        time.sleep(0.05)
+    sidecar = start_ccb_sidecar(config, tmp_path)
     yield sidecar
     sidecar.stop()

@@ -10,16 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from .conftest import SidecarProcess, free_port
+from .conftest import SidecarProcess, free_port, start_ccb_sidecar
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node-grpc"
 SECRET = "node-example-secret"
@@ -64,23 +60,7 @@ def signed_sidecar(upstream_server: str, tmp_path: Path) -> Iterator[SidecarProc
         "cascade": {"secret": SECRET},
         "log_level": "warning",
     }
-    path = tmp_path / "sidecar.yaml"
-    path.write_text(yaml.safe_dump(config))
-    ccb = Path(sys.executable).with_name("ccb")
-    process = subprocess.Popen([str(ccb), "sidecar", "--config", str(path)])
-    sidecar = SidecarProcess(process, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{admin_port}")
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            with urllib.request.urlopen(f"{sidecar.admin_url}/readyz", timeout=1) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            sidecar.stop()
-            pytest.fail("ccb sidecar did not become ready")
-        time.sleep(0.05)
+    sidecar = start_ccb_sidecar(config, tmp_path)
     yield sidecar
     sidecar.stop()
 
