@@ -135,3 +135,27 @@ def test_learning_from_traces_can_be_switched_off(clock: FakeClock) -> None:
     inbound = hooks.inbound("GET", "/x", headers.get, peer_host="127.0.0.1")
     assert inbound.trace_key is None
     assert hooks.outbound("payment", "GET", "/y", headers.get).caller is None
+
+
+def test_a_call_without_learning_headers_takes_the_bare_path_to_the_same_decision(
+    clock: FakeClock,
+) -> None:
+    # The sidecar's fast path for a call carrying none of the headers the hooks read must
+    # decide exactly what the general path decides with an empty getter: callee, refusal, token.
+    hooks = learner(clock)
+    full = hooks.outbound("payment", "post", "/v1/charges/ch_9?x=1", {}.get)
+    assert hooks.outbound_bare("payment", "post", "/v1/charges/ch_9?x=1") == (
+        full.callee,
+        full.refusal,
+    )
+    assert full.caller is None and full.updates == () and full.trace_key is None
+    hooks.table.breaker_opened(full.callee, retry_after=30.0)
+    refused = hooks.outbound("payment", "POST", "/v1/charges/ch_9", {}.get)
+    assert refused.refusal is not None
+    assert hooks.outbound_bare("payment", "POST", "/v1/charges/ch_9") == (
+        refused.callee,
+        refused.refusal,
+    )
+    assert hooks.hop_token("POST", "/v1/charges/1", None) == hooks.hop_token(
+        "POST", "/v1/charges/1", {}.get
+    )

@@ -32,8 +32,11 @@ _NAMED_CACHE = 1024
 _UNPARSED = Endpoint("-", "-", "-")  # cache sentinel: never a real endpoint name
 
 
-def hop_material(method: str, path: str, get: HeaderGetter) -> str:
-    """What a hop token binds: the request line and the learning header values."""
+def hop_material(method: str, path: str, get: HeaderGetter | None) -> str:
+    """What a hop token binds: the request line and the learning header values (`get` None:
+    a request that carries none of them)."""
+    if get is None:
+        return f"{method.upper()} {path}||"
     return (
         f"{method.upper()} {path}|{get(SERVING_ENDPOINT_HEADER) or ''}|{get(OPTIONAL_HEADER) or ''}"
     )
@@ -179,8 +182,18 @@ class Learner:
             updates = self.table.learn(caller, callee, optional=optional, source=source)
         return OutboundDecision(callee, caller, self.table.check(callee), updates, key)
 
-    def hop_token(self, method: str, path: str, get: HeaderGetter) -> str:
-        """The `ccb-hop` value to add to a call forwarded to another sidecar."""
+    def outbound_bare(
+        self, target_service: str, method: str, path: str
+    ) -> tuple[Endpoint, Unavailability | None]:
+        """`outbound` for a call that carries none of the headers it reads (no learning header,
+        no trace context): no caller, so nothing to learn; only the callee and its refusal.
+        The sidecar's common case, without the header look-ups and the decision object."""
+        callee = self.templates.endpoint(target_service, method, path)
+        return callee, self.table.check(callee)
+
+    def hop_token(self, method: str, path: str, get: HeaderGetter | None) -> str:
+        """The `ccb-hop` value to add to a call forwarded to another sidecar (`get` None: the
+        call carries no learning header)."""
         material = hop_material(method, path, get)
         return self.trust.issue(self.service, self._wall(), material)
 

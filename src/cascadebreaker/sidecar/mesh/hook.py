@@ -122,14 +122,14 @@ _READ = {
 }
 
 
-def _getter(headers: RawHeaders) -> Any:
+def _read(headers: RawHeaders) -> dict[str, str]:
     """The headers the cascade reads, as a dict built once per request (first value wins)."""
     found: dict[str, str] = {}
     for name, value in headers:
-        key = _READ.get(name) or _READ.get(name.lower())
+        key = _READ.get(name.lower())  # one look-up: most names are not ours
         if key is not None and key not in found:
             found[key] = value.decode("latin-1")
-    return found.get
+    return found
 
 
 def _take(headers: RawHeaders, names: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
@@ -233,7 +233,7 @@ class CascadeHook:
 
     def _inbound(self, info: RequestInfo) -> Rejection | None:
         headers = info.headers
-        get = _getter(headers)
+        get = _read(headers).get
         if self.learning:
             decision = self.learner.inbound(info.method, info.path, get, peer_host=info.client)
             endpoint, refusal = decision.endpoint, decision.refusal
@@ -272,10 +272,13 @@ class CascadeHook:
     def _outbound(self, info: RequestInfo) -> Rejection | None:
         headers = info.headers
         upstream = info.target
-        get = _getter(headers)
+        found = _read(headers)
+        get = found.get
         alternative = self.alternatives.get(upstream)
         trace_key = None
-        if self.learning:
+        if not found:  # nothing to learn from, no hop token to strip: the common call
+            callee, refusal = self.learner.outbound_bare(upstream, info.method, info.path)
+        elif self.learning:
             # A call with an alternative upstream has a fallback: its edge is optional.
             learn_get = get if alternative is None else _optional(get)
             decision = self.learner.outbound(upstream, info.method, info.path, learn_get)
@@ -301,12 +304,12 @@ class CascadeHook:
             return CascadeRejection(
                 "upstream endpoint unavailable", names, refusal, self._wall(), mark, state
             )
-        if get(HOP_HEADER) is not None or get(SIDECAR_GRPC_HEADER) is not None:
+        if found and (get(HOP_HEADER) is not None or get(SIDECAR_GRPC_HEADER) is not None):
             _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         token = None
         if self._signs_hops:
             base = self._base_paths.get(upstream, "")
-            token = self.learner.hop_token(info.method, base + info.path, get)
+            token = self.learner.hop_token(info.method, base + info.path, get if found else None)
             info.add_headers.append((_HOP, token.encode("latin-1")))
         info.state = _Sent(token, trace_key, callee)
         return None
