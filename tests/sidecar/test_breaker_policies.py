@@ -17,6 +17,7 @@ from cascadebreaker import (
     TimeWindow,
 )
 from cascadebreaker.sidecar.config import ConfigError, parse_config
+from cascadebreaker.sidecar.mesh.config import parse_cascade_config
 
 from .conftest import SidecarProcess, Upstream
 
@@ -101,3 +102,21 @@ def test_a_failure_rate_breaker_opens_on_the_rate(sidecar_factory: Any, upstream
         refused = client.get(outbound + "/echo")
     assert refused.status_code == 503
     assert sidecar.status()["breakers"]["payment"]["state"] == "OPEN"
+
+
+def test_a_bad_failure_status_names_its_key() -> None:
+    config = {
+        "service": "s",
+        "upstreams": {"p": {"url": "http://127.0.0.1:1", "failure_statuses": ["6xx"]}},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config)
+    assert str(caught.value) == (
+        "upstreams.p.failure_statuses: '6xx' is neither a status nor a class like '5xx'"
+    )
+
+
+def test_a_bad_success_status_names_its_key() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_cascade_config({"optionality": {"success_statuses": ["2xx", 99]}})
+    assert str(caught.value) == "cascade.optionality.success_statuses: 99 is not an HTTP status"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -17,7 +18,30 @@ from cascadebreaker.core.windows import CountWindow, TimeWindow
 from cascadebreaker.stores.quorum import FleetQuorum
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_STATUS_CLASS = re.compile(r"^[1-5]xx$")
+
+
+# Sets of HTTP statuses in config, as codes or classes (`503`, `"5xx"`); the mesh uses them too.
+def check_statuses(items: Iterable[int | str], example: str) -> None:
+    """Raise ValueError naming the first item neither a status nor a class like `5xx`."""
+    for item in items:
+        if isinstance(item, int) and not 100 <= item <= 599:
+            raise ValueError(f"{item} is not an HTTP status")
+        if isinstance(item, str) and not (
+            len(item) == 3 and item[0] in "12345" and item[1:] == "xx"
+        ):
+            raise ValueError(f"{item!r} is neither a status nor a class like '{example}'")
+
+
+def status_table(items: Iterable[int | str]) -> tuple[bool, ...]:
+    """Index by status code (0..599): True when the code is in the set."""
+    table = [False] * 600
+    for item in items:
+        if isinstance(item, int):
+            table[item] = True
+        else:
+            first = int(item[0]) * 100
+            table[first : first + 100] = [True] * 100
+    return tuple(table)
 
 
 class ConfigError(Exception):
@@ -242,23 +266,12 @@ class UpstreamConfig(_Strict):
     @field_validator("failure_statuses")
     @classmethod
     def _failure_statuses(cls, value: tuple[int | str, ...]) -> tuple[int | str, ...]:
-        for item in value:
-            if isinstance(item, int) and not 100 <= item <= 599:
-                raise ValueError(f"{item} is not an HTTP status")
-            if isinstance(item, str) and not _STATUS_CLASS.match(item):
-                raise ValueError(f"{item!r} is neither a status nor a class like '5xx'")
+        check_statuses(value, "5xx")
         return value
 
     def failure_table(self) -> tuple[bool, ...]:
         """Index by status code (0..599): True when that status is a breaker failure."""
-        table = [False] * 600
-        for item in self.failure_statuses:
-            if isinstance(item, int):
-                table[item] = True
-            else:
-                first = int(item[0]) * 100
-                table[first : first + 100] = [True] * 100
-        return tuple(table)
+        return status_table(self.failure_statuses)
 
 
 class LimitsConfig(_Strict):

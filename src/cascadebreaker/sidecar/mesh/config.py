@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cascadebreaker.cascade import Endpoint
-from cascadebreaker.sidecar.config import ConfigError
+from cascadebreaker.sidecar.config import ConfigError, check_statuses, status_table
 
 __all__ = [
     "CascadeConfig",
@@ -102,25 +102,12 @@ class OptionalityConfig(_Strict):
     @field_validator("success_statuses")
     @classmethod
     def _statuses(cls, value: tuple[int | str, ...]) -> tuple[int | str, ...]:
-        for item in value:
-            if isinstance(item, int) and not 100 <= item <= 599:
-                raise ValueError(f"{item} is not an HTTP status")
-            if isinstance(item, str) and not (
-                len(item) == 3 and item[0] in "12345" and item[1:] == "xx"
-            ):
-                raise ValueError(f"{item!r} is neither a status nor a class like '2xx'")
+        check_statuses(value, "2xx")
         return value
 
     def success_table(self) -> tuple[bool, ...]:
         """Index by status (0..599): True when our endpoint answered success."""
-        table = [False] * 600
-        for item in self.success_statuses:
-            if isinstance(item, int):
-                table[item] = True
-            else:
-                first = int(item[0]) * 100
-                table[first : first + 100] = [True] * 100
-        return tuple(table)
+        return status_table(self.success_statuses)
 
 
 class CascadeConfig(_Strict):
