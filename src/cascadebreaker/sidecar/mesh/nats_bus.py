@@ -141,6 +141,13 @@ class NatsBus:
         lost_at, self._lost_at = self._lost_at, None
         since = 1 if lost_at is None else int((lost_at - self._max_skew) * 1_000_000)
         await self._ask_for_missed(max(since, 1))
+        # A dependent that came back first asked us while we were away (no responder): what we
+        # published during the outage goes out again now, to whoever is listening.
+        for update in self._current(max(since, 1)):
+            with contextlib.suppress(Exception):
+                await self._nc.publish(
+                    subject(self.namespace, "u", update.service), update.to_json()
+                )
 
     async def _error(self, exc: Exception) -> None:
         log.debug("nats: %s", exc)
