@@ -197,3 +197,57 @@ def test_a_failed_call_retried_with_success_is_no_evidence(clock: FakeClock) -> 
         hooks.inbound_done(inbound.trace_key, True)
     assert hooks.ledger is not None and hooks.ledger.evidence(PAGE, WIDGET) is None
     assert hooks.table.graph.optionality(PAGE, WIDGET) == OPTIONALITY_REQUIRED
+
+
+def _begin_failed(hooks: Learner) -> str | None:
+    """A page request whose settlement call failed and which has not answered yet."""
+    trace = f"00-{os.urandom(16).hex()}-{'a' * 16}-01"
+    get = {"traceparent": trace}.get
+    inbound = hooks.inbound("GET", "/reports/settlements", get, peer_host=None)
+    assert inbound.refusal is None
+    out = hooks.outbound("settlement", "GET", "/v1/settlements", get)
+    hooks.call_failed(out.trace_key, out.callee)
+    return inbound.trace_key
+
+
+def test_a_breaker_that_trips_while_its_failures_await_their_answer_holds_nothing(
+    clock: FakeClock,
+) -> None:
+    # Under load the failures that trip the breaker arrive before the page answers them: the
+    # evidence is in flight. Until it lands, the page must not be held (a false refusal).
+    hooks = _learner(clock)
+    table = hooks.table
+    in_flight = [_begin_failed(hooks) for _ in range(3)]
+    table.breaker_opened("settlement", 30.0)
+    assert table.check(PAGE) is None  # the verdict waits for the answers
+    for key in in_flight:
+        hooks.inbound_done(key, True)  # the page survived every one
+        assert table.check(PAGE) is None
+    assert table.graph.optionality(PAGE, WIDGET) == OPTIONALITY_LEARNED
+
+
+def test_a_page_that_fails_with_its_dependency_is_held_once_its_answers_land(
+    clock: FakeClock,
+) -> None:
+    hooks = _learner(clock)
+    table = hooks.table
+    in_flight = [_begin_failed(hooks) for _ in range(2)]
+    table.breaker_opened("settlement", 30.0)
+    assert table.check(PAGE) is None
+    hooks.inbound_done(in_flight[0], False)
+    assert table.check(PAGE) is None  # one answer still in flight
+    updates = hooks.inbound_done(in_flight[1], False)
+    assert table.check(PAGE) is not None  # all answered, and failed: the page is held
+    assert [u.available for u in updates] == [False]  # and its dependents are told
+
+
+def test_evidence_that_never_answers_settles_when_its_trace_expires(clock: FakeClock) -> None:
+    hooks = _learner(clock)
+    table = hooks.table
+    _begin_failed(hooks)  # the request never ends (its client vanished, say)
+    table.breaker_opened("settlement", 300.0)
+    assert table.check(PAGE) is None
+    clock.advance(31.0)  # past the trace table's ttl
+    updates = hooks.settle()
+    assert table.check(PAGE) is not None
+    assert [u.available for u in updates] == [False]

@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +38,7 @@ class Call:
     optional: bool = False
     relay: bool = False
     fallback: bool = False  # a failed call is survived (degraded), without any header
+    then_wait: float = 0.0  # seconds of work after this call, before the route answers
 
 
 @dataclass
@@ -72,6 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
         answer, relayed = 200, None
         for call in server.routes.get(path, []):
             status, refusal = self._call(call, path, headers)
+            time.sleep(call.then_wait)
             if not 200 <= status < 300 and call.relay:
                 answer, relayed = status, refusal
             elif not 200 <= status < 300 and not (call.optional or call.fallback):

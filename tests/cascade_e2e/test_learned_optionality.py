@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,43 @@ def test_config_wins_over_evidence(tmp_path: Path) -> None:
         edge = next(e for e in a.cascade()["edges"] if e["caller"] == "A GET /page")
         assert edge["optionality"] == "required"
         assert edge["evidence"]["survived"] >= 3  # seen, and overruled by config
+    finally:
+        a.stop()
+        a_app.stop()
+
+
+def test_a_breaker_that_trips_before_the_page_answers_refuses_no_page(tmp_path: Path) -> None:
+    # The race the experiment found under load: B's failures trip A's breaker while the pages
+    # that survived them are still working, so no evidence has landed yet. Until it lands the
+    # page must stay available: a request arriving now is served, degraded, not refused.
+    b_app = app("B", {"/widget": []})
+    a_app = app("A", {"/page": [Call("B", "/widget", fallback=True, then_wait=1.5)]})
+    a = make_sidecar(
+        tmp_path,
+        "A",
+        a_app,
+        {"B": {"url": b_app.url, "breaker": {"failure_threshold": 3, "recovery_timeout": 60}}},
+    )
+    start_all([a])
+    try:
+        assert get(a.url("inbound") + "/page").status_code == 200  # A learns the edge
+        b_app.stop()
+        with ThreadPoolExecutor(3) as pool:
+            slow = [pool.submit(get, a.url("inbound") + "/page") for _ in range(3)]
+            wait_for(lambda: a.status()["breakers"]["B"]["state"] == "OPEN", "A's breaker opens")
+            edge = next(e for e in a.cascade()["edges"] if e["caller"] == "A GET /page")
+            assert edge["evidence"]["survived"] == 0  # the three pages are still working
+            assert a.available("GET /page")
+            assert get(a.url("inbound") + "/page").status_code == 200  # served, not refused
+            assert [f.result().status_code for f in slow] == [200, 200, 200]
+        wait_for(
+            lambda: (
+                next(e for e in a.cascade()["edges"] if e["caller"] == "A GET /page")["optionality"]
+                == "optional (learned)"
+            ),
+            "the edge is learned optional",
+        )
+        assert a.available("GET /page")
     finally:
         a.stop()
         a_app.stop()

@@ -3,7 +3,9 @@
 - A dependency is unavailable while this sidecar's breaker for it is OPEN (HALF_OPEN is not) or
   a received unavailability for it has not expired.
 - An endpoint of this service is unavailable while any required dependency is unavailable
-  through a cause chain that does not already contain that endpoint (so cycles terminate).
+  through a cause chain that does not already contain that endpoint (so cycles terminate),
+  except while the evidence of whether it survives that dependency is still in flight
+  (`undecided`: requests it has not answered yet under which a call to it failed).
 - A received endpoint is unavailable only when every live instance of its service (or the
   configured quorum of them) reports it so (`instances.InstanceReports`); `_remote` caches that
   aggregate so the per-request check stays a dict lookup.
@@ -104,6 +106,9 @@ class AvailabilityTable:
         self._last_sent: dict[Endpoint, AvailabilityUpdate] = {}  # ours, for new subscribers
         self._last_version = 0
         self.counters: Counter[str] = Counter()
+        # `(endpoint, dependency) -> True` while the evidence of whether the endpoint survives
+        # that dependency is still in flight: the rule waits for it (`Learner.undecided`).
+        self.undecided: Callable[[Endpoint, Endpoint], bool] | None = None
 
     # -- the per-request path -------------------------------------------------------------
 
@@ -417,7 +422,10 @@ class AvailabilityTable:
         """Apply the rule to one of our endpoints: the best live cause among required deps."""
         best: Unavailability | None = None
         via: Endpoint | None = None
+        undecided = self.undecided
         for dep in self.graph.dependencies(endpoint):
+            if undecided is not None and undecided(endpoint, dep):
+                continue
             u = self._best(dep, now, exclude=endpoint)
             if u is not None and (best is None or _better(u, best)):
                 best, via = u, dep

@@ -90,6 +90,8 @@ class Learner:
         # endpoint held unavailable over a learned edge show that it survives.
         self.ledger = ledger
         self.trickle = trickle
+        if ledger is not None and learn_from_traces:
+            table.undecided = self.undecided
         # Begin a trace for a request that carries none (None: never), so that an app that
         # passes `traceparent` on gives its calls a trace to be correlated with.
         self.new_traceparent = new_traceparent
@@ -135,14 +137,42 @@ class Learner:
         ledger = self.ledger
         if endpoint is None or ledger is None:
             return ()
-        changed = []
+        changed = set()
         for callee in failed:
             verdict = ledger.observe(endpoint, callee, succeeded)
             if verdict is not None and self.table.graph.set_learned_optional(
                 endpoint, callee, verdict
             ):
-                changed.append(endpoint)
+                changed.add(endpoint)
+        changed |= self.traces.settled  # their evidence landed: the rule no longer waits
+        self.traces.settled.clear()
         return self.table.graph_changed(changed) if changed else ()
+
+    def undecided(self, endpoint: Endpoint, dependency: Endpoint) -> bool:
+        """True while requests for `endpoint` under which a call to `dependency` failed have
+        not answered yet, and earlier evidence has not shown that `endpoint` fails with it.
+
+        Under load the failures that trip a breaker arrive before the answers that show the
+        endpoint survived them: holding the endpoint then would refuse it falsely. A
+        dependency that config declares is never undecided; a learned edge waits at most for
+        the requests in flight (bounded by the trace table's ttl)."""
+        ledger = self.ledger
+        return (
+            ledger is not None
+            and self.traces.unsettled(endpoint, dependency)
+            and not ledger.shown_required(endpoint, dependency)
+            and self.table.graph.source(endpoint, dependency) is not EdgeSource.CONFIG
+        )
+
+    def settle(self) -> tuple[AvailabilityUpdate, ...]:
+        """Re-apply the rule to endpoints whose evidence settled without an answer (expired,
+        evicted, retried away); call periodically."""
+        traces = self.traces
+        traces.sweep()
+        if not traces.settled:
+            return ()
+        changed, traces.settled = traces.settled, set()
+        return self.table.graph_changed(changed)
 
     def call_succeeded(self, trace_key: str | None, callee: Endpoint) -> None:
         """A call our app made (under `trace_key`) succeeded: an earlier failure of the same

@@ -181,6 +181,10 @@ class TraceTable:
         self._ttl = ttl
         self._capacity = capacity
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        # (endpoint served, callee) -> requests still in flight under which a call to the
+        # callee failed: evidence of optionality not yet known (see `Learner.undecided`).
+        self._unsettled: dict[tuple[Endpoint, Endpoint], int] = {}
+        self.settled: set[Endpoint] = set()  # endpoints whose last such evidence landed
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -192,6 +196,7 @@ class TraceTable:
         entry = entries.get(key)
         if entry is not None and entry.expires > now:
             if entry.inflight > 0 and entry.endpoint != endpoint:
+                self._settle(entry)  # ambiguous: what it held is no evidence any more
                 entry.endpoint = None
             elif entry.inflight == 0:
                 entry.endpoint = endpoint
@@ -199,6 +204,8 @@ class TraceTable:
             entry.expires = now + self._ttl
             entries.move_to_end(key)
             return
+        if entry is not None:
+            self._settle(entry)
         entries[key] = _Entry(endpoint, now + self._ttl)
         entries.move_to_end(key)
         self._evict(now)
@@ -214,7 +221,7 @@ class TraceTable:
         failed = entry.failed
         if entry.inflight or not failed:
             return None, []
-        entry.failed = None
+        self._settle(entry)
         return entry.endpoint, failed
 
     def callee_answered(self, key: str, callee: Endpoint) -> None:
@@ -223,6 +230,8 @@ class TraceTable:
         entry = self._entries.get(key)
         if entry is not None and entry.failed and callee in entry.failed:
             entry.failed.remove(callee)
+            if entry.endpoint is not None:
+                self._unsettle(entry.endpoint, callee, -1)
 
     def callee_failed(self, key: str, callee: Endpoint) -> None:
         """A call made under `key` failed or was refused (bounded per trace)."""
@@ -234,6 +243,18 @@ class TraceTable:
             entry.failed = [callee]
         elif len(failed) < _MAX_FAILED and callee not in failed:
             failed.append(callee)
+        else:
+            return
+        self._unsettle(entry.endpoint, callee, 1)
+
+    def unsettled(self, endpoint: Endpoint, callee: Endpoint) -> bool:
+        """True while a request for `endpoint` under which a call to `callee` failed has not
+        answered yet."""
+        return (endpoint, callee) in self._unsettled
+
+    def sweep(self) -> None:
+        """Drop expired entries (their evidence is settled: it will never land)."""
+        self._evict(self._clock())
 
     def serving(self, key: str) -> Endpoint | None:
         """The endpoint served under `key`, or None when unknown, expired or ambiguous."""
@@ -242,16 +263,35 @@ class TraceTable:
             return None
         if entry.expires <= self._clock():
             del self._entries[key]
+            self._settle(entry)
             return None
         return entry.endpoint
 
     def _evict(self, now: float) -> None:
         entries = self._entries
         while len(entries) > self._capacity:
-            entries.popitem(last=False)
+            self._settle(entries.popitem(last=False)[1])
         # Entries are kept in refresh order, so expired ones sit at the front.
         while entries:
             first = next(iter(entries.values()))
             if first.expires > now:
                 break
             entries.popitem(last=False)
+            self._settle(first)
+
+    def _settle(self, entry: _Entry) -> None:
+        """The entry's failed calls are no longer in flight (answered, expired, ambiguous)."""
+        failed, endpoint = entry.failed, entry.endpoint
+        entry.failed = None
+        if failed and endpoint is not None:
+            for callee in failed:
+                self._unsettle(endpoint, callee, -1)
+
+    def _unsettle(self, endpoint: Endpoint, callee: Endpoint, delta: int) -> None:
+        key = (endpoint, callee)
+        count = self._unsettled.get(key, 0) + delta
+        if count > 0:
+            self._unsettled[key] = count
+        else:
+            self._unsettled.pop(key, None)
+            self.settled.add(endpoint)

@@ -225,7 +225,9 @@ class CascadeNode:
             to_state = str(getattr(event.to_state, "value", event.to_state))
             why = str(getattr(event, "reason", "") or "")
             if threading.get_ident() == self._loop_thread:
-                self._breaker_moved(upstream, breaker, to_state, why)
+                # After the call that moved it is done: its failure, noted by the response
+                # hook right after the breaker recorded it, is evidence the rule waits for.
+                self.loop.call_soon(self._breaker_moved, upstream, breaker, to_state, why)
             else:  # a shared store may report transitions from its own thread
                 self.loop.call_soon_threadsafe(
                     self._breaker_moved, upstream, breaker, to_state, why
@@ -387,6 +389,7 @@ class CascadeNode:
             self._open_waits_over()  # before expire(): it would drop the roots silently
             self.table.expire()
             self.send(self.table.expire_instances())
+            self.send(self.learner.settle())
             if time.monotonic() - last_presence >= self.config.presence_interval:
                 last_presence = time.monotonic()
                 if self.hub.subscribers:  # presence is for our Watch subscribers only
