@@ -180,12 +180,18 @@ def make_sidecar(
 
 
 def start_all(sidecars: Iterable[Sidecar]) -> None:
-    """Spawn in parallel, then wait for each."""
+    """Spawn in parallel, then wait for each; when one fails to start, stop every one spawned
+    (the caller's `finally` never runs for a fixture that fails before its `try`)."""
     sidecars = list(sidecars)
-    for sidecar in sidecars:
-        sidecar.spawn()
-    for sidecar in sidecars:
-        sidecar.wait_ready()
+    try:
+        for sidecar in sidecars:
+            sidecar.spawn()
+        for sidecar in sidecars:
+            sidecar.wait_ready()
+    except BaseException:
+        for sidecar in sidecars:
+            sidecar.stop()
+        raise
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> httpx.Response:
