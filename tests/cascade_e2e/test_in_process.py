@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 
 from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, Verdict, sign
-from cascadebreaker.sidecar.config import ConfigError, parse_config
 from cascadebreaker.sidecar.mesh import watch as propagation
-from cascadebreaker.sidecar.mesh.config import parse_cascade_config
 from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
 from cascadebreaker.sidecar.mesh.watch import WatchHub, peer_host
 from cascadebreaker.sidecar.proxy.hooks import Direction, RequestInfo
 from cascadebreaker.sidecar.proxy.ports import WatchEnded, WatchSubscription
+from cascadebreaker.sidecar.schema import ConfigError, parse_cascade_config, parse_config
 from cascadebreaker.sidecar.server import build_runtime
 
 

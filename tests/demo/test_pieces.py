@@ -82,7 +82,7 @@ def test_sidecar_config_points_each_upstream_at_the_peer_sidecar(tmp_path: Path)
 
 
 def test_sidecar_config_is_accepted_by_the_sidecar(tmp_path: Path) -> None:
-    sidecar_config_module = pytest.importorskip("cascadebreaker.sidecar.config")
+    sidecar_config_module = pytest.importorskip("cascadebreaker.sidecar.schema")
     topology = Topology.allocate(Mode.SIDECAR)
 
     for name in ("gateway", "order", "payment", "shipping", "inventory"):

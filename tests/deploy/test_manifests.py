@@ -10,8 +10,7 @@ import yaml
 
 from cascadebreaker.kube.inject import SIDECAR, InjectOptions, inject, pod_templates
 from cascadebreaker.sidecar.command import override_listeners
-from cascadebreaker.sidecar.config import ConfigError, parse_config
-from cascadebreaker.sidecar.mesh.config import parse_cascade_config
+from cascadebreaker.sidecar.schema import ConfigError, parse_config
 from tests.deploy import shop_manifests
 from tests.deploy.render import KUBE, OVERLAYS, ROOT, kustomize
 from tests.kube.k8s_schema import KUBERNETES_VERSIONS, validate_strict
@@ -89,7 +88,6 @@ def test_sidecar_configs_are_valid_and_match_the_pods(
                 override_listeners(parse_config(raw), pinned)
             monkeypatch.setenv("CCB_SECRET", secret["stringData"]["CCB_SECRET"])
             config = override_listeners(parse_config(raw), pinned)
-            parse_cascade_config(config.cascade)
             ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
             assert config.listen.admin is not None and config.listen.inbound is not None
             assert ports["ccb-admin"] == config.listen.admin.port

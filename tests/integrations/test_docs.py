@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cascadebreaker.sidecar.config import parse_config
+from cascadebreaker.sidecar.schema import parse_config
 
 from .conftest import Upstream
 

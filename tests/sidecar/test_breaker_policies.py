@@ -16,8 +16,7 @@ from cascadebreaker import (
     SlowCallRate,
     TimeWindow,
 )
-from cascadebreaker.sidecar.config import ConfigError, parse_config
-from cascadebreaker.sidecar.mesh.config import parse_cascade_config
+from cascadebreaker.sidecar.schema import ConfigError, parse_cascade_config, parse_config
 
 from .conftest import SidecarProcess, Upstream
 

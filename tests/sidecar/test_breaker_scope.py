@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cascadebreaker.sidecar.config import ConfigError, parse_config
+from cascadebreaker.sidecar.schema import ConfigError, parse_config
 
 from .conftest import SidecarProcess, Upstream
 

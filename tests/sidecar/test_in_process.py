@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import SidecarServer
 from cascadebreaker.sidecar.upstream import (
     UpstreamClient,

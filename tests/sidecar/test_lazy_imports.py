@@ -1,8 +1,10 @@
 """gRPC and Prometheus cost memory only when used: a sidecar loads grpc when a gRPC listener is
-configured (or a peer is watched), and prometheus_client at the first /metrics scrape.
+configured (or a peer is watched), and prometheus_client at the first /metrics scrape. pydantic
+and yaml never load in the serving process: `ccb sidecar` validates, then execs it.
 
 Each case runs a real sidecar in a fresh interpreter (this test process has both libraries
-loaded by other tests), which reports `sys.modules` before and after a scrape."""
+loaded by other tests), which reports `sys.modules` before and after a scrape; the serving
+process of `ccb sidecar` is inspected from outside, by the files mapped into it."""
 
 from __future__ import annotations
 
@@ -10,13 +12,18 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+
+from .conftest import Upstream
 
 _PROGRAM = textwrap.dedent(
     """
     import asyncio, json, sys
-    from cascadebreaker.sidecar.config import parse_config
+    from cascadebreaker.sidecar.schema import parse_config
     from cascadebreaker.sidecar.server import SidecarServer
 
     async def get(port, path):
@@ -87,3 +94,27 @@ def test_no_grpc_listener_loads_neither_library_until_a_scrape() -> None:
 def test_a_grpc_listener_loads_grpc() -> None:
     result = _run(grpc_listener=True)
     assert result["before"] == {"grpc": True, "prometheus_client": False}
+
+
+def _mapped_files(pid: int) -> set[str]:
+    """The files mapped into a process: every C extension it has imported is one."""
+    lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return {Path(line.split()[-1]).name for line in lines if line.split()[-1].startswith("/")}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps")
+def test_the_serving_process_never_imports_pydantic_or_yaml(
+    sidecar_factory: Any, module_upstream: Upstream
+) -> None:
+    """`ccb sidecar` validates with pydantic, then execs (same PID) a process without it."""
+    sidecar = sidecar_factory({"payment": {"url": module_upstream.url}})
+    answer = httpx.get(sidecar.url("outbound") + "/payment/hello", timeout=5)
+    assert answer.status_code == 200
+    pid = sidecar.process.pid
+    mapped = _mapped_files(pid)
+    assert any(name.startswith("parser.cpython") for name in mapped)  # httptools: it works
+    assert not [name for name in mapped if "pydantic" in name or name.startswith("_yaml.")]
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"cascadebreaker.sidecar.serve" in cmdline
+    assert str(sidecar.config_path).encode() in cmdline  # `ps` still names the file

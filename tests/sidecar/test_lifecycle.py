@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from cascadebreaker.sidecar.config import parse_config
+from cascadebreaker.sidecar.schema import parse_config
 
 from .conftest import SidecarProcess, Upstream, sidecar_command
 

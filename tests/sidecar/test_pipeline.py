@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from cascadebreaker import State
-from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, RETRY, Call
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.upstream.model import UpstreamConnectError, UpstreamReset
 
 

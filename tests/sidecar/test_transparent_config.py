@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from cascadebreaker.sidecar.command import override_listeners
-from cascadebreaker.sidecar.config import ConfigError, parse_config
 from cascadebreaker.sidecar.proxy.transparent import DestinationTable, original_destination
+from cascadebreaker.sidecar.schema import ConfigError, parse_config
 
 BASE = {"service": "a", "app": "http://127.0.0.1:8000"}
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from cascadebreaker.sidecar.config import ConfigError, load_config, parse_config
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import RequestHead
 from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
@@ -16,6 +15,7 @@ from cascadebreaker.sidecar.http.wire import drop_connection_tokens, header_kind
 from cascadebreaker.sidecar.proxy.endpoint_hint import endpoint_hint, route_template
 from cascadebreaker.sidecar.proxy.listeners import split_outbound_target
 from cascadebreaker.sidecar.proxy.routes import RetryBudget
+from cascadebreaker.sidecar.schema import ConfigError, load_config, parse_config
 from cascadebreaker.sidecar.upstream import UpstreamConnection, UpstreamPool, UpstreamTarget
 
 MINIMAL: dict[str, Any] = {

@@ -23,10 +23,10 @@ import grpc
 import pytest
 import yaml
 
-from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.grpc.api import GrpcServer, start_grpc_server
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import build_runtime
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -271,12 +272,11 @@ async def test_cascade_refusal_carries_the_cause_chain(grpc_sidecar: GrpcSidecar
 async def test_a_taken_port_is_an_error_naming_the_listener(grpc_sidecar: GrpcSidecar) -> None:
     """gRPC would share a port silently (SO_REUSEPORT); the sidecar refuses to start instead."""
     config = grpc_sidecar.runtime.config
-    taken = config.model_copy(
-        update={
-            "listen": config.listen.model_copy(
-                update={"grpc": HostPort(host="127.0.0.1", port=grpc_sidecar.server.port)}
-            )
-        }
+    taken = replace(
+        config,
+        listen=replace(
+            config.listen, grpc=HostPort(host="127.0.0.1", port=grpc_sidecar.server.port)
+        ),
     )
     with pytest.raises(OSError, match=r"listen\.grpc"):
         await start_grpc_server(taken, grpc_sidecar.runtime)
@@ -285,7 +285,7 @@ async def test_a_taken_port_is_an_error_naming_the_listener(grpc_sidecar: GrpcSi
 async def test_a_disabled_listener_starts_nothing(grpc_sidecar: GrpcSidecar) -> None:
     """`listen.grpc: null` means no gRPC server."""
     config = grpc_sidecar.runtime.config
-    off = config.model_copy(update={"listen": config.listen.model_copy(update={"grpc": None})})
+    off = replace(config, listen=replace(config.listen, grpc=None))
     assert await start_grpc_server(off, grpc_sidecar.runtime) is None
 
 

@@ -16,12 +16,12 @@ import grpc
 import httpx
 import pytest
 
-from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.grpc.messages import REJECTION_METADATA, UPSTREAM_ERROR_METADATA
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 from cascadebreaker.sidecar.proxy.hooks import Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.stats import RouteStats
+from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import SidecarServer
 
 from .conftest import HITS, free_port

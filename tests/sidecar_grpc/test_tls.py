@@ -25,13 +25,13 @@ import yaml
 
 from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, sign
 from cascadebreaker.sidecar.command import run_command
-from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.grpc.api import WatchSubscription, start_grpc_server
 from cascadebreaker.sidecar.grpc.client import ClientTls, SidecarClient
 from cascadebreaker.sidecar.grpc.tls import TlsError, installed_tls
 from cascadebreaker.sidecar.mesh.node import CascadeNode
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import SidecarServer, build_runtime
 
 from .conftest import free_port

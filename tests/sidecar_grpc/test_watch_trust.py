@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, HopTrust, sign
-from cascadebreaker.sidecar.config import parse_config
 from cascadebreaker.sidecar.grpc.api import start_grpc_server
 from cascadebreaker.sidecar.mesh import node as mesh_node
 from cascadebreaker.sidecar.mesh import watch as propagation
 from cascadebreaker.sidecar.mesh.node import CascadeNode
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
 from cascadebreaker.sidecar.proxy.ports import WatchSubscription
+from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import SidecarServer, build_runtime
 
 from .conftest import free_port

@@ -1,23 +1,30 @@
-"""The sidecar's YAML configuration: pydantic models, loading, one-line errors naming the key."""
+"""The sidecar's configuration as the serving process holds it: plain frozen, slotted classes.
+
+`schema/` validates a YAML file with pydantic (errors name the key) and builds these from
+the validated form; `ccb sidecar` hands that form to the serving process as JSON, which builds
+them with `config_from_dict` and never imports pydantic (~13 MB of a sidecar's memory). Every
+class here mirrors the schema model of the same name, field for field (a test compares them).
+"""
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterable
+import dataclasses
+import functools
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from cascadebreaker.cascade.trust import SECRET_ENV, is_loopback
 from cascadebreaker.core.policies import ConsecutiveFailures, FailureRate, SlowCallRate, TripPolicy
 from cascadebreaker.core.windows import CountWindow, TimeWindow
 from cascadebreaker.stores.quorum import FleetQuorum
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_T = TypeVar("_T")
+
+
+class ConfigError(Exception):
+    """The configuration file is missing, unreadable or invalid; the message names the key."""
 
 
 # Sets of HTTP statuses in config, as codes or classes (`503`, `"5xx"`); the mesh uses them too.
@@ -44,63 +51,41 @@ def status_table(items: Iterable[int | str]) -> tuple[bool, ...]:
     return tuple(table)
 
 
-class ConfigError(Exception):
-    """The configuration file is missing, unreadable or invalid; the message names the key."""
+def valid_address(value: str) -> bool:
+    """True for `host:port` (a port of digits, 1-65535)."""
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class HostPort(_Strict):
+@dataclass(frozen=True, slots=True)
+class HostPort:
     """A listen address."""
 
     host: str
-    port: int = Field(ge=0, le=65535)
+    port: int
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
 
-def _parse_host_port(value: Any) -> Any:
-    """Accept `host:port` strings (and `[v6]:port`) as well as mappings."""
-    if isinstance(value, str):
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError("must be host:port")
-        return {"host": host.strip("[]"), "port": int(port)}
-    return value
+@dataclass(frozen=True, slots=True)
+class ListenConfig:
+    """Where each listener binds; None: disabled."""
+
+    outbound: HostPort | None
+    inbound: HostPort | None
+    grpc: HostPort | None
+    admin: HostPort | None
+    transparent: HostPort | None
 
 
-class ListenConfig(_Strict):
-    """Where each listener binds; `null` disables one."""
+@dataclass(frozen=True, slots=True)
+class WindowConfig:
+    """The calls a rate policy judges: the last `size` calls, or those of the last `seconds`."""
 
-    outbound: HostPort | None = HostPort(host="127.0.0.1", port=15001)
-    inbound: HostPort | None = HostPort(host="127.0.0.1", port=15006)
-    grpc: HostPort | None = HostPort(host="127.0.0.1", port=15002)
-    admin: HostPort | None = HostPort(host="127.0.0.1", port=15000)
-    # Connections redirected by `ccb netinit` (iptables REDIRECT); off unless set.
-    transparent: HostPort | None = None
-
-    @field_validator("outbound", "inbound", "grpc", "admin", "transparent", mode="before")
-    @classmethod
-    def _addresses(cls, value: Any) -> Any:
-        return _parse_host_port(value)
-
-
-class WindowConfig(_Strict):
-    """The calls a rate policy judges: the last `size` calls, or those of the last `seconds`
-    (kept in `buckets` slices). Neither given: the last 100 calls."""
-
-    size: int | None = Field(default=None, ge=1)
-    seconds: float | None = Field(default=None, gt=0)
-    buckets: int = Field(default=10, ge=1)
-
-    @model_validator(mode="after")
-    def _one_shape(self) -> WindowConfig:
-        if self.size is not None and self.seconds is not None:
-            raise ValueError("give size (calls) or seconds, not both")
-        return self
+    size: int | None
+    seconds: float | None
+    buckets: int
 
     def spec(self) -> CountWindow | TimeWindow:
         """The library's window spec."""
@@ -109,44 +94,46 @@ class WindowConfig(_Strict):
         return CountWindow(self.size or 100)
 
 
-class FailureRateConfig(_Strict):
+@dataclass(frozen=True, slots=True)
+class FailureRateConfig:
     """Open when failures are at least `rate` of the window's calls (after `minimum_calls`)."""
 
-    rate: float = Field(default=0.5, gt=0, le=1)
-    minimum_calls: int = Field(default=10, ge=1)
-    window: WindowConfig = WindowConfig()
+    rate: float
+    minimum_calls: int
+    window: WindowConfig
 
 
-class SlowCallRateConfig(FailureRateConfig):
+@dataclass(frozen=True, slots=True)
+class SlowCallRateConfig:
     """Open when calls slower than `duration` seconds are at least `rate` of the window."""
 
-    duration: float = Field(gt=0)
+    rate: float
+    minimum_calls: int
+    window: WindowConfig
+    duration: float
 
 
-class BreakerConfig(_Strict):
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
     """Parameters of an upstream's circuit breaker."""
 
-    failure_threshold: int = Field(default=5, ge=1)
-    recovery_timeout: float = Field(default=20.0, gt=0)
-    half_open_max_calls: int = Field(default=1, ge=1)
-    # Trip policies besides consecutive failures. `failure_rate` replaces the consecutive
-    # count unless `failure_threshold` is also given (then either one opens the circuit);
-    # `slow_call_rate` is added to the others.
-    failure_rate: FailureRateConfig | None = None
-    slow_call_rate: SlowCallRateConfig | None = None
-    # Seconds a HALF_OPEN probe may take before it counts as failed (default: the open wait,
-    # at least 1 s); judge a round of probes by their failure rate instead of all-or-nothing.
-    probe_timeout: float | None = Field(default=None, gt=0)
-    half_open_failure_rate: float | None = Field(default=None, gt=0, le=1)
-    # `upstream`: one breaker for the whole upstream; `endpoint`: one per endpoint (method +
-    # route template), so one failing endpoint does not open its healthy siblings.
-    scope: Literal["upstream", "endpoint"] = "upstream"
-    max_endpoints: int = Field(default=64, ge=1, le=4096)  # past it: the upstream's breaker
+    failure_threshold: int
+    recovery_timeout: float
+    half_open_max_calls: int
+    failure_rate: FailureRateConfig | None
+    slow_call_rate: SlowCallRateConfig | None
+    probe_timeout: float | None
+    half_open_failure_rate: float | None
+    scope: Literal["upstream", "endpoint"]
+    max_endpoints: int
+    # Whether consecutive failures open the circuit: unless `failure_rate` replaces them
+    # (decided by the schema, which knows whether `failure_threshold` was written).
+    consecutive_failures: bool
 
     def policies(self) -> list[TripPolicy]:
         """The library's trip policies for these settings."""
         policies: list[TripPolicy] = []
-        if self.failure_rate is None or "failure_threshold" in self.model_fields_set:
+        if self.consecutive_failures:
             policies.append(ConsecutiveFailures(self.failure_threshold))
         rate = self.failure_rate
         if rate is not None:
@@ -159,310 +146,225 @@ class BreakerConfig(_Strict):
         return policies
 
 
-class QuorumConfig(_Strict):
-    """A fleet quorum for breakers in Redis: one sick replica does not open the circuit for
-    all; it trips locally until `reporters` replicas (or `fraction` of the live ones) agree
-    within `window` seconds."""
+@dataclass(frozen=True, slots=True)
+class QuorumConfig:
+    """A fleet quorum for breakers in Redis."""
 
-    reporters: int = Field(default=2, ge=1)
-    fraction: float = Field(default=0.0, ge=0, le=1)
-    window: float = Field(default=30.0, gt=0)
+    reporters: int
+    fraction: float
+    window: float
 
     def spec(self) -> FleetQuorum:
         """The library's quorum."""
         return FleetQuorum(self.reporters, self.fraction, self.window)
 
 
-class RetryBudgetConfig(_Strict):
+@dataclass(frozen=True, slots=True)
+class RetryBudgetConfig:
     """Retries may add at most `ratio` of the original calls, plus `min_per_second`."""
 
-    ratio: float = Field(default=0.2, ge=0, le=1)
-    min_per_second: float = Field(default=5.0, ge=0)
+    ratio: float
+    min_per_second: float
 
 
-class RetryConfig(_Strict):
-    """Retries of failed calls without a request body; off (attempts 0) by default."""
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """Retries of failed calls without a request body."""
 
-    attempts: int = Field(default=0, ge=0, le=10)
-    on_statuses: tuple[int, ...] = (502, 503, 504)
-    budget: RetryBudgetConfig = RetryBudgetConfig()
-
-    @field_validator("on_statuses")
-    @classmethod
-    def _statuses(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        for status in value:
-            if not 100 <= status <= 599:
-                raise ValueError(f"{status} is not an HTTP status")
-        return value
+    attempts: int
+    on_statuses: tuple[int, ...]
+    budget: RetryBudgetConfig
 
 
-class UpstreamConfig(_Strict):
-    """One upstream the app may call through the outbound listener.
-
-    `urls` lists the instances (replicas) of the upstream when the caller's sidecar picks
-    them itself: calls go round robin and a retry goes to the next instance. `url` alone is
-    one address (a single instance, or a Service VIP that picks for us: then a retry may land
-    on the same sick replica)."""
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    """One upstream the app may call through the outbound listener."""
 
     url: str
-    urls: tuple[str, ...] = ()
-    timeout: float = Field(default=10.0, gt=0)
-    connect_timeout: float | None = Field(default=None, gt=0)
-    breaker: BreakerConfig = BreakerConfig()
-    retries: RetryConfig = RetryConfig()
-    # Statuses that count as breaker failures: numbers or classes like "5xx".
-    failure_statuses: tuple[int | str, ...] = ("5xx",)
-    max_idle_connections: int = Field(default=64, ge=0)
-    # Host header sent upstream; default is the authority of `url`.
-    host_header: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _first_url(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "urls" in data and "url" not in data:
-            urls = data["urls"]
-            if isinstance(urls, list | tuple) and urls:
-                return {**data, "url": urls[0]}
-        return data
-
-    @field_validator("urls")
-    @classmethod
-    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for i, url in enumerate(value):
-            try:
-                cls._url(url)
-            except ValueError as exc:
-                raise ValueError(f"item {i} {exc}") from None
-        if len(set(value)) != len(value):
-            raise ValueError("lists an instance twice")
-        return value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> UpstreamConfig:
-        if self.urls and self.url not in self.urls:
-            raise ValueError("give url or urls, not both")
-        return self
+    urls: tuple[str, ...]
+    timeout: float
+    connect_timeout: float | None
+    breaker: BreakerConfig
+    retries: RetryConfig
+    failure_statuses: tuple[int | str, ...]
+    max_idle_connections: int
+    host_header: str | None
 
     def instance_urls(self) -> tuple[str, ...]:
         """The URL of every instance the sidecar calls (one when only `url` is set)."""
         return self.urls or (self.url,)
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme != "http":
-            raise ValueError("must be an http:// URL")
-        if not parts.hostname:
-            raise ValueError("must name a host")
-        try:
-            parts.port  # noqa: B018 - validates the port
-        except ValueError as exc:
-            raise ValueError("has an invalid port") from exc
-        if parts.query or parts.fragment:
-            raise ValueError("must not have a query or fragment")
-        return value
-
-    @field_validator("failure_statuses")
-    @classmethod
-    def _failure_statuses(cls, value: tuple[int | str, ...]) -> tuple[int | str, ...]:
-        check_statuses(value, "5xx")
-        return value
 
     def failure_table(self) -> tuple[bool, ...]:
         """Index by status code (0..599): True when that status is a breaker failure."""
         return status_table(self.failure_statuses)
 
 
-class LimitsConfig(_Strict):
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
     """Bounds on what a client may send."""
 
-    max_header_bytes: int = Field(default=32768, ge=256)
-    max_header_count: int = Field(default=100, ge=1)
-    # Seconds a client may take to send a request head, and may stay idle between requests.
-    header_timeout: float = Field(default=30.0, gt=0)
-    idle_timeout: float = Field(default=75.0, gt=0)
-    # A request body may take `body_timeout` seconds plus one second per `min_body_rate` bytes
-    # received, and never go `body_timeout` seconds without a byte; then 408 (the client's
-    # slowness is never counted against the upstream).
-    body_timeout: float = Field(default=30.0, gt=0)
-    min_body_rate: float = Field(default=1024.0, ge=0)
-    # Seconds a WebSocket tunnel may pass no byte either way before it is closed.
-    tunnel_idle_timeout: float = Field(default=300.0, gt=0)
-    # Open client connections (outbound + inbound listeners) before new ones get a 503;
-    # default: what the file descriptor limit allows after a reserve for admin and upstreams.
-    max_connections: int | None = Field(default=None, ge=1)
+    max_header_bytes: int
+    max_header_count: int
+    header_timeout: float
+    idle_timeout: float
+    body_timeout: float
+    min_body_rate: float
+    tunnel_idle_timeout: float
+    max_connections: int | None
 
 
-class InterceptionConfig(_Strict):
+@dataclass(frozen=True, slots=True)
+class InterceptionConfig:
     """What the transparent listener does with destinations that are no upstream's."""
 
-    unknown_destinations: Literal["relay", "refuse"] = "relay"
-    # Seconds between re-resolving the upstreams' host names to addresses.
-    resolve_interval: float = Field(default=30.0, gt=0)
-    connect_timeout: float = Field(default=5.0, gt=0)
+    unknown_destinations: Literal["relay", "refuse"]
+    resolve_interval: float
+    connect_timeout: float
 
 
-class GrpcTlsConfig(_Strict):
-    """TLS for the gRPC listener (`Call`, `Check`, `Watch`) and our Watch streams to peers.
+@dataclass(frozen=True, slots=True)
+class GrpcTlsConfig:
+    """TLS for the gRPC listener and our Watch streams to peers."""
 
-    The files are read at start and again on SIGHUP or when they change (`reload_interval`);
-    a bad new set is logged and the old one kept."""
-
-    cert: Path  # PEM certificate chain: served to clients, and shown to peers when they ask
-    key: Path  # its PEM private key
-    # PEM CA bundle that peers' certificates must chain to (default: the system's roots);
-    # with `client_auth`, clients of our listener must show a certificate signed by it.
-    ca: Path | None = None
-    client_auth: bool = False  # mutual TLS: refuse clients without a certificate from `ca`
-    # Name checked on peers' certificates instead of the host we dial (peers addressed by IP).
-    server_name: str | None = None
-    reload_interval: float = Field(default=10.0, gt=0)
-
-    @model_validator(mode="after")
-    def _client_auth_needs_ca(self) -> GrpcTlsConfig:
-        if self.client_auth and self.ca is None:
-            raise ValueError(
-                "grpc_tls.ca: required with grpc_tls.client_auth (the CA that signs the "
-                "clients' certificates)"
-            )
-        return self
+    cert: Path
+    key: Path
+    ca: Path | None
+    client_auth: bool
+    server_name: str | None
+    reload_interval: float
 
 
-class SidecarConfig(_Strict):
-    """The whole sidecar configuration file."""
+@dataclass(frozen=True, slots=True)
+class StaticEdge:
+    """One declared edge `caller -> callee` (endpoints written `service METHOD /route`)."""
+
+    caller: str
+    callee: str
+    optional: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OptionalityConfig:
+    """Learned optionality (cascade/optionality.py)."""
+
+    learn: bool
+    threshold: float
+    ratio: float
+    half_life: float
+    ttl: float
+    trickle_interval: float
+    success_statuses: tuple[int | str, ...]
+
+    def success_table(self) -> tuple[bool, ...]:
+        """Index by status (0..599): True when our endpoint answered success."""
+        return status_table(self.success_statuses)
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeConfig:
+    """How this sidecar takes part in the cascade (the `cascade:` section; docs/sidecar.md)."""
+
+    enabled: bool
+    secret: str | None
+    learning: bool
+    learn_from_traces: bool
+    start_traces: bool
+    edge_ttl: float
+    namespace: str
+    redis: str | None
+    nats: str | None
+    advertise: str | None
+    templates: dict[str, list[str]]
+    edges: list[StaticEdge]
+    alternatives: dict[str, str]
+    peers: dict[str, str]
+    max_ttl: float
+    max_clock_skew: float
+    optionality: OptionalityConfig
+    instance: str | None
+    quorum: float
+    presence_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarConfig:
+    """The whole sidecar configuration file, validated."""
 
     service: str
-    app: str | None = None
-    listen: ListenConfig = ListenConfig()
-    store: str = "memory"
-    # A shared store that has not connected yet keeps /readyz at 503 (the breakers work on
-    # local state meanwhile); true: ready anyway.
-    store_optional: bool = False
-    quorum: QuorumConfig | None = None  # with a redis:// store only
-    upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
-    limits: LimitsConfig = LimitsConfig()
-    grpc_tls: GrpcTlsConfig | None = None  # None: plaintext gRPC (loopback use)
-    interception: InterceptionConfig = InterceptionConfig()
-    # Seconds that in-flight requests get to finish after SIGTERM.
-    shutdown_grace: float = Field(default=10.0, ge=0)
-    # Owned by the cascade; accepted as-is for now.
-    cascade: dict[str, Any] | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # Listen beyond loopback with the cascade on but no secret: updates and hop tokens would be
-    # unauthenticated, so this must be asked for.
-    allow_insecure: bool = False
-
-    @field_validator("service")
-    @classmethod
-    def _service(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError("must be a name of letters, digits, '.', '_' or '-'")
-        return value
-
-    @field_validator("app")
-    @classmethod
-    def _app(cls, value: str | None) -> str | None:
-        if value is not None:
-            UpstreamConfig._url(value)
-        return value
-
-    @field_validator("store")
-    @classmethod
-    def _store(cls, value: str) -> str:
-        schemes = ("redis://", "rediss://", "unix://", "redis+cluster://")
-        if value != "memory" and not value.startswith(schemes):
-            raise ValueError("must be 'memory', a redis:// URL or redis+cluster://host:port")
-        return value
-
-    @field_validator("upstreams")
-    @classmethod
-    def _upstream_names(cls, value: dict[str, UpstreamConfig]) -> dict[str, UpstreamConfig]:
-        for name in value:
-            if not _NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid upstream name")
-        return value
-
-    @model_validator(mode="after")
-    def _quorum_needs_redis(self) -> SidecarConfig:
-        if self.quorum is not None and self.store == "memory":
-            raise ValueError("quorum: needs a shared store (store: redis://...)")
-        return self
-
-    @model_validator(mode="after")
-    def _inbound_needs_app(self) -> SidecarConfig:
-        if self.listen.inbound is not None and self.app is None:
-            raise ValueError("app: required when listen.inbound is set")
-        return self
-
-    @model_validator(mode="after")
-    def _exposed_needs_secret(self) -> SidecarConfig:
-        cascade = self.cascade or {}
-        if self.allow_insecure or cascade.get("enabled", True) is False:
-            return self
-        if cascade.get("secret") or os.environ.get(SECRET_ENV):
-            return self
-        for name in ("outbound", "inbound", "grpc", "admin"):
-            address: HostPort | None = getattr(self.listen, name)
-            if address is None or address.host == "localhost" or is_loopback(address.host):
-                continue
-            raise ValueError(
-                f"allow_insecure: listen.{name} {address} is not loopback and no secret is "
-                f"set (cascade.secret or {SECRET_ENV}); set one, or allow_insecure: true"
-            )
-        return self
+    app: str | None
+    # `app` as the inbound listener's upstream (60 s timeout, no status a breaker failure).
+    app_upstream: UpstreamConfig | None
+    listen: ListenConfig
+    store: str
+    store_optional: bool
+    quorum: QuorumConfig | None
+    upstreams: dict[str, UpstreamConfig]
+    limits: LimitsConfig
+    grpc_tls: GrpcTlsConfig | None
+    interception: InterceptionConfig
+    shutdown_grace: float
+    cascade: CascadeConfig
+    log_level: Literal["debug", "info", "warning", "error"]
+    allow_insecure: bool
+    # The mapping this was validated from (for `--listen` overrides, validated like the file);
+    # empty in the serving process.
+    source: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def _number(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, int | float) else str(value)
+def config_to_dict(config: SidecarConfig) -> dict[str, Any]:
+    """The validated form of `config` (JSON-able): what `config_from_dict` builds it from."""
+    data = dataclasses.asdict(cast(Any, config))
+    del data["source"]
+    return cast(dict[str, Any], _jsonable(data))
 
 
-def _describe(error: Any) -> str:
-    """One error of a ValidationError as `key.path: message`."""
-    loc = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-"))
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    if kind == "extra_forbidden":
-        message = "unknown key"
-    elif kind == "missing":
-        message = "required"
-    elif kind == "greater_than":
-        message = f"must be > {_number(ctx.get('gt'))}"
-    elif kind == "greater_than_equal":
-        message = f"must be >= {_number(ctx.get('ge'))}"
-    elif kind == "less_than_equal":
-        message = f"must be <= {_number(ctx.get('le'))}"
-    elif kind == "value_error":
-        message = str(ctx.get("error", error["msg"]))
-    else:
-        message = error["msg"][0].lower() + error["msg"][1:]
-    if kind == "value_error" and message.startswith(
-        ("app: ", "allow_insecure: ", "grpc_tls.", "quorum: ")
-    ):
-        return message  # a model-level rule that names its own key
-    return f"{loc}: {message}" if loc else message
+def config_from_dict(data: Mapping[str, Any]) -> SidecarConfig:
+    """Build the config from its validated form (trusted: no checks, no defaults)."""
+    return _build(SidecarConfig, data)
 
 
-def parse_config(data: Any) -> SidecarConfig:
-    """Validate already-parsed YAML/JSON data; raise ConfigError naming the first bad key."""
-    if not isinstance(data, dict):
-        raise ConfigError("the configuration must be a mapping")
-    try:
-        return SidecarConfig.model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors()
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ConfigError(_describe(errors[0]) + more) from None
+def cascade_config_from_dict(data: Mapping[str, Any]) -> CascadeConfig:
+    """The `cascade:` section alone, from its validated form."""
+    return _build(CascadeConfig, data)
 
 
-def load_config(path: str | Path) -> SidecarConfig:
-    """Read and validate a YAML configuration file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
-    return parse_config(data)
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _build(cls: type[_T], data: Mapping[str, Any]) -> _T:
+    hints = _hints(cast(Any, cls))
+    names = [f.name for f in dataclasses.fields(cast(Any, cls)) if f.name in data]
+    return cls(**{name: _convert(hints[name], data[name]) for name in names})
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    """`value` (parsed JSON) as the annotation `hint` wants it: classes, tuples, paths."""
+    if value is None:
+        return None
+    origin = get_origin(hint)
+    if origin in (Union, types.UnionType):  # `X | None`: build X; `int | str`: as it is
+        arms = [arm for arm in get_args(hint) if arm is not type(None)]
+        return _convert(arms[0], value) if len(arms) == 1 else value
+    if origin is tuple:
+        return tuple(_convert(get_args(hint)[0], item) for item in value)
+    if origin is list:
+        return [_convert(get_args(hint)[0], item) for item in value]
+    if origin is dict:
+        return {key: _convert(get_args(hint)[1], item) for key, item in value.items()}
+    if hint is Path:
+        return Path(value)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _build(hint, value)
+    return value

@@ -36,10 +36,10 @@ from cascadebreaker.cascade import (
 )
 from cascadebreaker.cascade.instances import InstanceCount, resolve_instance
 from cascadebreaker.contract import Reason, State, refusal_reason
+from cascadebreaker.sidecar.config import CascadeConfig, valid_address
 from cascadebreaker.sidecar.grpc.tls import installed_tls
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.mesh.bus import UpdateBus
-from cascadebreaker.sidecar.mesh.config import CascadeConfig, valid_address
 from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.mesh.watch import PeerWatchers, WatchHub
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cascadebreaker.sidecar.mesh.config import parse_cascade_config
-
 if TYPE_CHECKING:
     from cascadebreaker.sidecar.mesh.node import CascadeNode
     from cascadebreaker.sidecar.proxy.ports import PluginHost
@@ -21,7 +19,7 @@ PLUGIN_NAME = "cascade"
 
 def install_cascade(host: PluginHost) -> CascadeNode | None:
     """Build the cascade from `cascade:` in the config and plug it in (None when disabled)."""
-    config = parse_cascade_config(host.config.cascade, host.config.upstreams)
+    config = host.config.cascade  # validated with the rest of the file
     if not config.enabled:
         return None
     from cascadebreaker.sidecar.mesh.admin import CascadeCollector, availability_route

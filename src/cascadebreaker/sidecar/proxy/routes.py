@@ -72,7 +72,7 @@ class Route:
         breaker: CircuitBreaker | None,
         failure_table: tuple[bool, ...],
         timeout: float,
-        retries: RetryConfig | None = None,
+        retries: RetryConfig,
         more_pools: tuple[UpstreamPool, ...] = (),
     ) -> None:
         self.name = name
@@ -88,7 +88,6 @@ class Route:
         self.stats = RouteStats()
         # Set when the breaker lives in a shared store (admission off the closed path is async).
         self.shared_store = False
-        retries = retries or RetryConfig()
         self.retry_attempts = retries.attempts
         self.retry_statuses = frozenset(retries.on_statuses)
         self.budget = RetryBudget(retries.budget.ratio, retries.budget.min_per_second)

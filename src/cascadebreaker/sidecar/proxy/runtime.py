@@ -94,8 +94,8 @@ class SidecarRuntime:
                 )
         self.routes_by_host = {name.lower().encode(): route for name, route in self.routes.items()}
         self.app_route: Route | None = None
-        if config.app is not None:
-            app = UpstreamConfig(url=config.app, timeout=60.0, failure_statuses=())
+        app = config.app_upstream
+        if app is not None:
             pool = UpstreamPool(_target(config.service, app), self.loop)
             self.app_route = Route.from_config(config.service, app, pool, None)
         self.hooks = HookChain()

@@ -1,4 +1,4 @@
-"""The `cascade:` section of the sidecar config (parsed here from the raw mapping).
+"""The `cascade:` section validated with pydantic (after the rest of the file):
 
 cascade:
   enabled: true              # default; false = no cascade hook at all
@@ -43,15 +43,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cascadebreaker.cascade import Endpoint
-from cascadebreaker.sidecar.config import ConfigError, check_statuses, status_table
-
-__all__ = [
-    "CascadeConfig",
-    "OptionalityConfig",
-    "StaticEdge",
-    "parse_cascade_config",
-    "valid_address",
-]
+from cascadebreaker.sidecar.config import ConfigError, check_statuses, valid_address
 
 
 class _Strict(BaseModel):
@@ -61,12 +53,6 @@ class _Strict(BaseModel):
 def _endpoint(value: str) -> str:
     Endpoint.parse(value)  # ValueError names the problem
     return value
-
-
-def valid_address(value: str) -> bool:
-    """True for `host:port` (a port of digits, 1-65535)."""
-    host, sep, port = value.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 def _address(value: str) -> str:
@@ -104,10 +90,6 @@ class OptionalityConfig(_Strict):
     def _statuses(cls, value: tuple[int | str, ...]) -> tuple[int | str, ...]:
         check_statuses(value, "2xx")
         return value
-
-    def success_table(self) -> tuple[bool, ...]:
-        """Index by status (0..599): True when our endpoint answered success."""
-        return status_table(self.success_statuses)
 
 
 class CascadeConfig(_Strict):
@@ -164,7 +146,7 @@ class CascadeConfig(_Strict):
         return value
 
 
-def parse_cascade_config(
+def validate_cascade(
     data: dict[str, Any] | None, upstreams: Iterable[str] | None = None
 ) -> CascadeConfig:
     """Validate the raw `cascade:` mapping; ConfigError naming the first bad key. With the
