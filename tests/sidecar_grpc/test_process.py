@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -60,3 +62,19 @@ def test_sigterm_ends_a_watch_stream_with_unavailable_and_the_reconnect_rule(
     assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
     assert "since_version" in error.details()  # type: ignore[attr-defined]
     assert sidecar_process.stop() == 0
+
+
+def test_sigterm_repeated_while_draining_still_exits_cleanly(
+    stub: sidecar_pb2_grpc.SidecarStub, sidecar_process: SidecarProcess
+) -> None:
+    """Supervisors repeat SIGTERM (and the test harness's stop() sends its own): a sidecar
+    that is already draining, or tearing down after it, must still exit 0, never die by the
+    signal's default action once its event loop has closed."""
+    stream = stub.Watch(pb.WatchRequest(subscriber_service="observer"), timeout=60)
+    assert stream.initial_metadata() is not None
+    process = sidecar_process.process
+    deadline = time.monotonic() + 30
+    while process.poll() is None and time.monotonic() < deadline:
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.001)
+    assert process.wait(timeout=15) == 0

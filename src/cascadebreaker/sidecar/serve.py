@@ -8,9 +8,11 @@ never imported here (tests/sidecar/test_lazy_imports.py checks the running proce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -41,6 +43,7 @@ def serve(config: SidecarConfig) -> int:
 
     async def run() -> None:
         await SidecarServer(config).run()
+        _ignore_stop_signals()
 
     try:
         _run(run())
@@ -48,6 +51,17 @@ def serve(config: SidecarConfig) -> int:
         print(f"ccb sidecar: cannot listen: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _ignore_stop_signals() -> None:
+    """Drained: a repeated SIGTERM (supervisors send more than one) must not kill the rest of
+    the teardown. Closing the loop would put back the default action, which dies by the
+    signal; taking the handlers off here first leaves the loop nothing to put back."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _run(coro: Any) -> None:
