@@ -127,6 +127,8 @@ class RouteTemplates:
         # (service, method, raw path) -> Endpoint; the hot path for repeated paths.
         self._cache: dict[tuple[str, str, str], Endpoint] = {}
         self._cache_size = cache_size
+        # Bumped whenever a template is added: memos of endpoints kept elsewhere are stale then.
+        self.version = 0
         for service, items in (templates or {}).items():
             for t in items:
                 self.add(service, t)
@@ -142,6 +144,7 @@ class RouteTemplates:
         # Most literal segments first: `/v1/charges/refunds` beats `/v1/charges/{id}`.
         bucket.sort(key=lambda t: -t.literals)
         self._cache.clear()
+        self.version += 1
 
     def endpoint(self, service: str, method: str, path: str) -> Endpoint:
         """Return the endpoint for a request to `service` with `method` and raw `path`."""

@@ -25,6 +25,7 @@ from cascadebreaker.cascade import (
     SERVING_ENDPOINT_HEADER,
     Endpoint,
     Unavailability,
+    hop_material,
 )
 from cascadebreaker.cascade.updates import chain_to_list
 from cascadebreaker.contract import Reason, rejection_body
@@ -57,7 +58,6 @@ SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
 _HOP = HOP_HEADER.encode()
 _GRPC = SIDECAR_GRPC_HEADER.encode()
 _STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
-_GRPC_ONLY = frozenset({_GRPC})
 _OURS = frozenset({_GRPC, REFUSAL_HEADER})  # response headers only a sidecar may send
 
 
@@ -67,6 +67,23 @@ class _Sent(NamedTuple):
     token: str | None  # the hop token we sent: peer claims and refusal seals bind to it
     trace_key: str | None  # the trace it was made under (evidence of optionality)
     callee: Endpoint
+
+
+class _BareCall:
+    """An outbound call line seen before with none of the headers the cascade reads: its
+    callee, and its hop token header while the second the token is stamped with lasts."""
+
+    __slots__ = ("callee", "hop", "material", "second", "token")
+
+    def __init__(self, callee: Endpoint, material: str) -> None:
+        self.callee = callee
+        self.material = material  # what the hop token binds (hop_material of the call)
+        self.second = -1  # the token's whole second; -1: none issued yet
+        self.token = ""
+        self.hop = (_HOP, b"")  # the header forwarded with the call
+
+
+_MAX_BARE_CALLS = 1024
 
 
 class CascadeRejection(Rejection):
@@ -122,11 +139,22 @@ _READ = {
 }
 
 
+# Raw name (as spelled on the wire) -> what `_READ` says of its lower-case form: header names
+# repeat, so most requests look each one up once and lower-case none.
+_READ_RAW: dict[bytes, str | None] = {}
+_MAX_RAW_NAMES = 4096
+_UNSEEN = "-"  # never a header name the cascade reads
+
+
 def _read(headers: RawHeaders) -> dict[str, str]:
     """The headers the cascade reads, as a dict built once per request (first value wins)."""
     found: dict[str, str] = {}
     for name, value in headers:
-        key = _READ.get(name.lower())  # one look-up: most names are not ours
+        key = _READ_RAW.get(name, _UNSEEN)
+        if key is _UNSEEN:
+            key = _READ.get(name.lower())
+            if len(_READ_RAW) < _MAX_RAW_NAMES:
+                _READ_RAW[name] = key
         if key is not None and key not in found:
             found[key] = value.decode("latin-1")
     return found
@@ -151,6 +179,18 @@ def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
     values = [v for n, v in headers if n.lower() in names]
     headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
     return values
+
+
+def _strip_one(headers: RawHeaders, name: bytes) -> list[bytes]:
+    """`_strip` for one lower-case name: a length compared first, so most headers cost no
+    lower-casing (this runs on every response of an outbound call)."""
+    size = len(name)
+    for raw, _ in headers:
+        if len(raw) == size and raw.lower() == name:
+            break
+    else:
+        return []
+    return _strip(headers, frozenset({name}))
 
 
 def _strip_cascade_headers(headers: RawHeaders) -> None:
@@ -184,6 +224,9 @@ class CascadeHook:
             name: route.target.base_path.decode("latin-1")
             for name, route in self.runtime.routes.items()
         }
+        # (upstream, method, path) -> _BareCall: the common outbound call, named once.
+        self._bare: dict[tuple[str, str, str], _BareCall] = {}
+        self._bare_version = self.templates.version
 
     def on_request(self, info: RequestInfo) -> Rejection | None:
         """Refuse, learn, strip or add headers, reroute."""
@@ -217,7 +260,7 @@ class CascadeHook:
         elif sent.trace_key is not None:  # a retry that succeeded undoes the failure's evidence
             self.learner.call_succeeded(sent.trace_key, sent.callee)
         # For sidecars only; the app never sees it.
-        claims = _strip(info.response_headers, _GRPC_ONLY)
+        claims = _strip_one(info.response_headers, _GRPC)
         if claims and sent.token is not None:
             self.node.peer_claimed(info.reroute or info.target, claims[0], sent.token)
 
@@ -259,8 +302,6 @@ class CascadeHook:
         return None
 
     def _hop_trusted(self, info: RequestInfo, get: Any, token: str) -> bool:
-        from cascadebreaker.cascade import hop_material
-
         material = hop_material(info.method, info.path, get)
         check = self.learner.trust.check(
             token, peer_host=info.client, now=self._wall(), material=material
@@ -276,8 +317,11 @@ class CascadeHook:
         get = found.get
         alternative = self.alternatives.get(upstream)
         trace_key = None
+        bare: _BareCall | None = None
         if not found:  # nothing to learn from, no hop token to strip: the common call
-            callee, refusal = self.learner.outbound_bare(upstream, info.method, info.path)
+            bare = self._bare_call(upstream, info.method, info.path)
+            callee = bare.callee
+            refusal = self.table.check(callee)
         elif self.learning:
             # A call with an alternative upstream has a fallback: its edge is optional.
             learn_get = get if alternative is None else _optional(get)
@@ -308,11 +352,47 @@ class CascadeHook:
             _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         token = None
         if self._signs_hops:
-            base = self._base_paths.get(upstream, "")
-            token = self.learner.hop_token(info.method, base + info.path, get if found else None)
-            info.add_headers.append((_HOP, token.encode("latin-1")))
+            if bare is not None and upstream == info.target:
+                token = self._bare_token(bare)
+                info.add_headers.append(bare.hop)
+            else:
+                base = self._base_paths.get(upstream, "")
+                token = self.learner.hop_token(
+                    info.method, base + info.path, get if found else None
+                )
+                info.add_headers.append((_HOP, token.encode("latin-1")))
         info.state = _Sent(token, trace_key, callee)
         return None
+
+    def _bare_call(self, upstream: str, method: str, path: str) -> _BareCall:
+        """The memo of a call line without cascade headers (named on first sight)."""
+        memo = self._bare
+        if self._bare_version != self.templates.version:  # a template was added: rename
+            memo.clear()
+            self._bare_version = self.templates.version
+        key = (upstream, method, path)
+        bare = memo.get(key)
+        if bare is None:
+            callee = self.templates.endpoint(upstream, method, path)
+            base = self._base_paths.get(upstream, "")
+            bare = _BareCall(callee, hop_material(method, base + path, None))
+            if len(memo) >= _MAX_BARE_CALLS:
+                memo.clear()  # cheap bound; refills with the hot call lines
+            memo[key] = bare
+        return bare
+
+    def _bare_token(self, bare: _BareCall) -> str:
+        """The hop token of a bare call: issued once per second (tokens stamp whole seconds,
+        so it is the very token `Learner.hop_token` would give)."""
+        now = self._wall()
+        second = int(now)
+        if bare.second != second:
+            learner = self.learner
+            token = learner.trust.issue(learner.service, now, bare.material)
+            bare.token = token
+            bare.hop = (_HOP, token.encode("latin-1"))
+            bare.second = second
+        return bare.token
 
     def _breaker_open(self, upstream: str) -> bool:
         route = self.runtime.routes.get(upstream)
