@@ -153,7 +153,8 @@ class ProxyExchange(FixedExchange):
             return
         if self.request.chunked:
             self._forward([LAST_CHUNK])
-        if self._pending is None and self.upstream is not None:
+        # Without a body the upstream was sent a complete request already.
+        if self.has_body and self._pending is None and self.upstream is not None:
             self.upstream.end_request()
 
     def downstream_writable(self, writable: bool) -> None:
@@ -309,7 +310,8 @@ class ProxyExchange(FixedExchange):
             self.upstream = None
 
     def _dispatch(self) -> None:
-        pool = self.route.pool_for(self.turn, self.attempt)
+        route = self.route
+        pool = route.pool if len(route.pools) == 1 else route.pool_for(self.turn, self.attempt)
         if self._head and pool.target is not self._head_target:
             self._head = b""  # another instance: its own authority and base path
         conn = pool.acquire_nowait()

@@ -21,12 +21,14 @@ the latency of calls that end in an error. It does no I/O.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING, Final, Protocol
 
 from cascadebreaker import CircuitOpenError, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.refusals import find_refusal
 from cascadebreaker.sidecar.proxy.replies import rejection_for_open_circuit
+from cascadebreaker.sidecar.proxy.stats import LATENCY_BOUNDS
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
 
 if TYPE_CHECKING:
@@ -170,9 +172,11 @@ class CallPipeline:
             reroute = info.reroute
             if reroute is not None and reroute in runtime.routes:
                 call.route = runtime.routes[reroute]  # the primary's alternative
-        call.turn = call.route.next_turn()
-        if call.route.retry_attempts:
-            call.route.budget.deposit()
+        route = call.route
+        if len(route.pools) > 1:  # round robin (`Route.next_turn`; one instance: turn 0)
+            call.turn = route.next_turn()
+        if route.retry_attempts:
+            route.budget.deposit()
         return self._admit(call)
 
     def retry(self, call: CallState) -> Rejection | AdmitLater | None:
@@ -236,7 +240,7 @@ class CallPipeline:
             route.stats.count("instance_refused")
             self._drop_permit(call)
             return True
-        failed = route.is_failure(status)
+        failed = status < 600 and route.failure_table[status]  # `Route.is_failure`, inlined
         if failed and status == 503 and self._refused_upstream(call, headers):
             return False
         if failed and status in route.retry_statuses and self._may_retry(call):
@@ -282,7 +286,12 @@ class CallPipeline:
     def finish(self, call: CallState) -> None:
         """The whole response reached the client."""
         call.closed = True
-        call.route.stats.observe(self.loop.time() - call.started_at)
+        # `RouteStats.observe`, inlined: it runs once per call.
+        seconds = self.loop.time() - call.started_at
+        stats = call.route.stats
+        stats.latency_buckets[bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        stats.latency_sum += seconds
+        stats.latency_count += 1
 
     def truncated(self, call: CallState) -> None:
         """The upstream failed after part of the response reached the client (it is cut):
