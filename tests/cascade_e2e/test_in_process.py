@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from cascadebreaker.cascade import AvailabilityUpdate, Cause, Endpoint, Verdict, sign
+from cascadebreaker.cascade import (
+    AvailabilityUpdate,
+    Cause,
+    Endpoint,
+    Verdict,
+    hop_material,
+    sign,
+)
 from cascadebreaker.sidecar.mesh import watch as propagation
 from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
@@ -239,6 +246,65 @@ async def test_a_propagated_unavailability_reroutes_to_the_alternative() -> None
             else:  # both down: refused, with the primary's cause chain
                 assert rejection is not None and rejection.status == 503
                 assert rejection.body["causeChain"][0]["endpoint"] == "ledger * *"
+    finally:
+        runtime.close()
+
+
+async def test_a_bare_outbound_call_is_named_anew_once_a_template_is_added() -> None:
+    # The hook remembers how it named a call without cascade headers; a template added later
+    # must rename it (and the refusal follow the new name), and the remembered hop token must
+    # verify for that very call.
+    config = parse_config(
+        {
+            "service": "checkout",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
+            "cascade": {"secret": "s"},
+        }
+    )
+    runtime = build_runtime(config)
+    try:
+        node = cascade_node(runtime)
+        assert node is not None
+        hook = runtime.hooks.hooks[0]
+
+        def outbound() -> tuple[Any, RequestInfo]:
+            info = RequestInfo(
+                Direction.OUTBOUND,
+                "checkout",
+                "payment",
+                "GET",
+                "/v1/charges/abc",
+                [],
+                "127.0.0.1",
+                runtime.route_resolver,
+            )
+            return hook.on_request(info), info
+
+        for _ in range(2):  # named on first sight, then remembered
+            rejection, info = outbound()
+            assert rejection is None
+            assert info.state.callee == Endpoint("payment", "GET", "/v1/charges/abc")
+            [(name, token)] = info.add_headers
+            assert name == b"ccb-hop"
+            check = node.learner.trust.check(
+                token.decode(),
+                peer_host="10.0.0.1",
+                now=time.time(),
+                material=hop_material("GET", "/v1/charges/abc", None),
+            )
+            assert check.trusted
+        node.templates.add("payment", "/v1/charges/{id}")
+        templated = Endpoint("payment", "GET", "/v1/charges/{id}")
+        rejection, info = outbound()
+        assert rejection is None and info.state.callee == templated
+        chain = (Cause(Endpoint.service_wide("ledger"), "circuit open"), Cause(templated, "r"))
+        update = sign(
+            AvailabilityUpdate("payment", templated, False, chain, time.time() + 30, 1), b"s"
+        )
+        assert node.table.receive(update).verdict is Verdict.ACCEPTED
+        rejection, _ = outbound()
+        assert rejection is not None and rejection.status == 503
     finally:
         runtime.close()
 
