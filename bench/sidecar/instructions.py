@@ -193,6 +193,8 @@ def count(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str
                     "valgrind",
                     "--tool=callgrind",
                     "--callgrind-out-file=/dev/null",
+                    # `ccb sidecar` validates, then execs the serving process: count both.
+                    "--trace-children=yes",
                     f"--log-file={out}",
                     *argv,
                 ],
@@ -211,10 +213,11 @@ def count(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        match = _COLLECTED.search(out.read_text(errors="replace"))
-        if match is None:
+        # One count per program image (before and after an exec); their sum is the process's.
+        counts = _COLLECTED.findall(out.read_text(errors="replace"))
+        if not counts:
             raise RuntimeError(f"no instruction count in: {out.read_text()[-800:]}")
-        return int(match.group(1))
+        return sum(int(c) for c in counts)
 
 
 def per_request(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str]) -> float:
@@ -241,9 +244,11 @@ def sidecar_argv(
         config["cascade"] = {"enabled": False}
     path = workdir / f"{label}.yaml"
     path.write_text(yaml.safe_dump(config))
+    # PYTHONPATH, not only sys.path: the serving process `ccb sidecar` execs imports that tree.
     code = (
-        f"import sys; sys.path.insert(0, {src!r}); from cascadebreaker.cli import main; "
-        "sys.exit(main())"
+        f"import os, sys; sys.path.insert(0, {src!r}); "
+        f"os.environ['PYTHONPATH'] = {src!r}; "
+        "from cascadebreaker.cli import main; sys.exit(main())"
     )
     return [sys.executable, "-c", code, "sidecar", "--config", str(path)]
 
