@@ -83,9 +83,9 @@ def render_rich(
         table = Table(title="Redis mode: cost per call (ns over a bare call)")
         for column in ("library", "version", "form", "mode", "best", "median", "cheaper", "note"):
             table.add_column(column, justify="right" if column in ("best", "median") else "left")
-        for r in redis_rows:
-            cells = [r.library, r.version, r.form, r.mode, _ns(r.over_best), _ns(r.over_median)]
-            table.add_row(*cells, _cheaper(r.cheaper), r.note)
+        for rr in redis_rows:
+            cells = [rr.library, rr.version, rr.form, rr.mode, _ns(rr.over_best)]
+            table.add_row(*cells, _ns(rr.over_median), _cheaper(rr.cheaper), rr.note)
         console.print(table)
     console.print(" · ".join(f"{k}: {v}" for k, v in env.items()))
     for line in verdicts(rows, targets) + redis_verdicts(redis_rows):

@@ -80,7 +80,9 @@ class _Recorder(RequestReader):
         self.requests.append([request, b"", False])
 
     def _body_received(self, data: bytes) -> None:
-        self.requests[-1][1] = bytes(self.requests[-1][1]) + data  # type: ignore[arg-type]
+        body = self.requests[-1][1]
+        assert isinstance(body, bytes)
+        self.requests[-1][1] = body + data
 
     def _request_complete(self) -> None:
         self.requests[-1][2] = True

@@ -33,7 +33,9 @@ class EmptySidecar:
 async def serve(port: int) -> None:
     """Serve until killed."""
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
-    sidecar_pb2_grpc.add_SidecarServicer_to_server(EmptySidecar(), server)
+    sidecar_pb2_grpc.add_SidecarServicer_to_server(  # type: ignore[no-untyped-call]
+        EmptySidecar(), server
+    )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()

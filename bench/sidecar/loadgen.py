@@ -156,7 +156,7 @@ async def grpc_calls(address: str, upstream: str, connections: int, seconds: flo
     latencies: list[float] = []
     errors = 0
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = sidecar_pb2_grpc.SidecarStub(channel)
+        stub = sidecar_pb2_grpc.SidecarStub(channel)  # type: ignore[no-untyped-call]
         request = pb.CallRequest(upstream=upstream, method="GET", path="/")
 
         async def caller(until: float, record: bool) -> None:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,10 +249,10 @@ def ccb_command() -> list[str]:
     ]
 
 
-def start_sidecar(workdir: Path, name: str, config: dict[str, object], probe: str) -> Proc:
+def start_sidecar(workdir: Path, name: str, config: Mapping[str, object], probe: str) -> Proc:
     """`ccb sidecar --config FILE`; ready once `GET probe` through its first listener is 200."""
     path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump(dict(config)))
     process, log = _spawn(name, [*ccb_command(), "sidecar", "--config", str(path)], workdir)
     listen = config["listen"]
     assert isinstance(listen, dict)

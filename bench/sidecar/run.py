@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import os
 import platform
 import shutil
@@ -212,7 +213,7 @@ def own_seconds(started: dict[str, Proc], since: os.times_result) -> float:
         getattr(now, f) - getattr(since, f)
         for f in ("user", "system", "children_user", "children_system")
     )
-    return mine + sum(p.cpu_seconds() for p in started.values())
+    return float(mine) + sum(p.cpu_seconds() for p in started.values())
 
 
 def environment(rounds: int, seconds: float, load_before: float) -> dict[str, str]:
@@ -227,10 +228,8 @@ def environment(rounds: int, seconds: float, load_before: float) -> dict[str, st
     except (OSError, IndexError, WrkMissing):
         pass
     try:
-        import uvloop
-
-        loop = f"uvloop {uvloop.__version__}"
-    except ImportError:
+        loop = f"uvloop {importlib.metadata.version('uvloop')}"
+    except importlib.metadata.PackageNotFoundError:
         loop = "asyncio"
     return {
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} "

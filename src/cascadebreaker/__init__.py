@@ -3,6 +3,8 @@
 from cascadebreaker import CircuitBreaker, State, CircuitOpenError, MemoryStore, RedisStore
 """
 
+from typing import TYPE_CHECKING
+
 from .breaker import CircuitBreaker
 from .core import (
     Backoff,
@@ -28,6 +30,9 @@ from .snapshot import BreakerSnapshot, CallCounts, PolicyWindow
 from .stores.base import BreakerSlot, Store
 from .stores.memory import MemoryStore
 from .stores.quorum import FleetQuorum
+
+if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
+    from .stores.redis import RedisStore
 
 __version__ = "0.1.0"
 
