@@ -3,7 +3,7 @@
 from cascadebreaker import CircuitBreaker, State, CircuitOpenError, MemoryStore, RedisStore
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from .breaker import CircuitBreaker
 from .core import (
@@ -31,7 +31,7 @@ from .stores.base import BreakerSlot, Store
 from .stores.memory import MemoryStore
 from .stores.quorum import FleetQuorum
 
-if TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
+if _TYPE_CHECKING:  # loaded on first use at run time (see __getattr__); typed for checkers
     from .stores.redis import RedisStore
 
 __version__ = "0.1.0"
