@@ -8,8 +8,10 @@ A proxy (the sidecar's outbound listener, or an nginx reverse proxy: the peer) r
 `valgrind --tool=callgrind` in front of an nginx upstream that is not counted. A client outside
 valgrind sends N requests one after another on one keep-alive connection, and the proxy is
 stopped (SIGTERM; callgrind counts up to the exit). The same is done with 2N requests; the
-difference divided by N is the cost of one request, start-up and shutdown cancelled out. A
-uvloop byte relay (no HTTP at all) gives the floor of any Python proxy on the same event loop.
+difference divided by N is the cost of one request, start-up and shutdown cancelled out. The
+floor proxies (bench/sidecar/floor_proxies.py) give the floor of any Python proxy on the same
+event loop: a uvloop byte relay (no HTTP at all) and a minimal httptools proxy (parse both ways,
+no logic); `python -m bench sidecar` runs the same two beside nginx in wall time.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -39,119 +40,6 @@ DOC = HERE / "docs" / "benchmarks.md"
 SECTION = "## Sidecar: instructions per request"
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 _REQUEST = b"GET /payment/ HTTP/1.1\r\nhost: bench\r\nuser-agent: bench\r\naccept: */*\r\n\r\n"
-_RELAY = """
-import asyncio, sys
-import uvloop
-
-class Side(asyncio.Protocol):
-    def __init__(self, peer=None):
-        self.peer = peer
-        self.transport = None
-    def connection_made(self, transport):
-        self.transport = transport
-    def data_received(self, data):
-        self.peer.transport.write(data)
-    def connection_lost(self, exc):
-        if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
-
-class Client(Side):
-    def connection_made(self, transport):
-        super().connection_made(transport)
-        self.held = []
-        asyncio.get_running_loop().create_task(self.join())
-    def data_received(self, data):
-        if self.peer is None:
-            self.held.append(data)
-        else:
-            self.peer.transport.write(data)
-    async def join(self):
-        loop = asyncio.get_running_loop()
-        _, up = await loop.create_connection(lambda: Side(self), "127.0.0.1", {upstream})
-        self.peer = up
-        for data in self.held:
-            up.transport.write(data)
-
-async def main():
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Client, "127.0.0.1", {port})
-    stop = asyncio.Event()
-    import signal
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    server.close()
-
-uvloop.run(main())
-"""
-# The least an HTTP/1.1 proxy in Python does: parse the request and the response with httptools,
-# keep the headers, write each head again. No limits, framing rules, pooling or logic; GET only.
-_MINIMAL = """
-import asyncio, signal
-import httptools, uvloop
-
-class Upstream(asyncio.Protocol):
-    def __init__(self, client):
-        self.client = client
-        self.parser = httptools.HttpResponseParser(self)
-        self.headers = []
-        self.body = b""
-    def connection_made(self, transport):
-        self.transport = transport
-    def data_received(self, data):
-        self.parser.feed_data(data)
-    def on_header(self, name, value):
-        self.headers.append((name, value))
-    def on_body(self, body):
-        self.body += body
-    def on_message_complete(self):
-        parts = [b"HTTP/1.1 %d OK\\r\\n" % self.parser.get_status_code()]
-        for name, value in self.headers:
-            parts += (name, b": ", value, b"\\r\\n")
-        parts += (b"\\r\\n", self.body)
-        self.headers, self.body = [], b""
-        self.client.transport.write(b"".join(parts))
-
-class Client(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport = transport
-        self.parser = httptools.HttpRequestParser(self)
-        self.headers = []
-        self.upstream = None
-        self.held = []
-        asyncio.get_running_loop().create_task(self.join())
-    async def join(self):
-        loop = asyncio.get_running_loop()
-        _, self.upstream = await loop.create_connection(
-            lambda: Upstream(self), "127.0.0.1", {upstream})
-        for head in self.held:
-            self.upstream.transport.write(head)
-    def data_received(self, data):
-        self.parser.feed_data(data)
-    def on_url(self, url):
-        self.url = url
-    def on_header(self, name, value):
-        self.headers.append((name, value))
-    def on_message_complete(self):
-        parts = [b"GET ", self.url, b" HTTP/1.1\\r\\n"]
-        for name, value in self.headers:
-            parts += (name, b": ", value, b"\\r\\n")
-        parts.append(b"\\r\\n")
-        self.headers = []
-        if self.upstream is None:
-            self.held.append(b"".join(parts))
-        else:
-            self.upstream.transport.write(b"".join(parts))
-
-async def main():
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(Client, "127.0.0.1", {port})
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    server.close()
-
-uvloop.run(main())
-"""
 
 
 def _drive(port: int, n: int, request: bytes) -> None:
@@ -263,16 +151,9 @@ def nginx_argv(workdir: Path, upstream: int, port: int) -> list[str]:
     return [binary, "-p", str(root), "-c", str(conf), "-e", "stderr"]
 
 
-def relay_argv(workdir: Path, upstream: int, port: int) -> list[str]:
-    path = workdir / "relay.py"
-    path.write_text(textwrap.dedent(_RELAY).format(upstream=upstream, port=port))
-    return [sys.executable, str(path)]
-
-
-def minimal_argv(workdir: Path, upstream: int, port: int) -> list[str]:
-    path = workdir / "minimal.py"
-    path.write_text(textwrap.dedent(_MINIMAL).format(upstream=upstream, port=port))
-    return [sys.executable, str(path)]
+def floor_argv(kind: str, upstream: int, port: int) -> list[str]:
+    """One of the floor proxies (bench/sidecar/floor_proxies.py): `relay` or `httptools`."""
+    return [sys.executable, str(procs.FLOOR_PROXIES), kind, str(port), str(upstream)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,11 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("nginx proxy", per_request(command, port, args.n, _REQUEST, {})))
             print(f"nginx proxy: {rows[-1][1]:,.0f}", flush=True)
             port = procs.free_port()
-            command = relay_argv(workdir, upstream.port, port)
+            command = floor_argv("relay", upstream.port, port)
             rows.append(("uvloop byte relay", per_request(command, port, args.n, _REQUEST, {})))
             print(f"uvloop byte relay: {rows[-1][1]:,.0f}", flush=True)
             port = procs.free_port()
-            command = minimal_argv(workdir, upstream.port, port)
+            command = floor_argv("httptools", upstream.port, port)
             label = "minimal httptools proxy (parse both ways, no logic)"
             rows.append((label, per_request(command, port, args.n, _REQUEST, {})))
             print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
@@ -336,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             "connection from a client outside valgrind, upstream nginx not counted; the",
             "difference over n cancels start-up and shutdown). Unlike wall time, this does not",
             "move with the machine's load. The uvloop byte relay forwards bytes both ways with",
-            "no HTTP at all: the floor of any Python proxy on this event loop. The sidecar runs",
+            "no HTTP at all: the floor of any Python proxy on this event loop; the minimal",
+            "httptools proxy parses both ways and does nothing else, the floor of one that speaks",
+            "HTTP (both in bench/sidecar/floor_proxies.py). The sidecar runs",
             "with its defaults (the cascade on: learning, hop tokens), and once without it.",
             "",
             f"Rerun: `.venv/bin/python -m bench.sidecar.instructions --src OTHER/src --label NAME "

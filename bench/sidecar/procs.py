@@ -1,4 +1,5 @@
-"""The processes under test: nginx (upstream and peer proxy), the aiohttp peer proxy, sidecars.
+"""The processes under test: nginx (upstream and peer proxy), the aiohttp peer proxy, the floor
+proxies, sidecars.
 
 Every process is a foreground child on loopback free ports with its files in one temp dir; no
 system configuration is read or written. `Proc` tracks CPU seconds and peak RSS per process.
@@ -225,6 +226,19 @@ def start_aiohttp_proxy(workdir: Path, upstream: int) -> Proc:
     process, log = _spawn("aiohttp-proxy", argv, workdir)
     proc = Proc("aiohttp-proxy", process, port, log)
     wait_http(port, "/", process, "aiohttp-proxy", log)
+    return proc
+
+
+FLOOR_PROXIES = HERE / "floor_proxies.py"
+
+
+def start_floor_proxy(workdir: Path, kind: str, upstream: int, name: str) -> Proc:
+    """A floor proxy (bench/sidecar/floor_proxies.py): `relay` (bytes) or `httptools` (HTTP)."""
+    port = free_port()
+    argv = [sys.executable, str(FLOOR_PROXIES), kind, str(port), str(upstream)]
+    process, log = _spawn(name, argv, workdir)
+    proc = Proc(name, process, port, log)
+    wait_http(port, "/", process, name, log)
     return proc
 
 
