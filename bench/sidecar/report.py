@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from bench.sidecar.profile import Profile
@@ -15,6 +15,20 @@ if TYPE_CHECKING:
 SECTION = "## Sidecar"
 RERUN = ".venv/bin/python -m bench sidecar"
 SIDECARS = ("sidecar", "sidecar-client", "sidecar-server")
+# The floors (bench/sidecar/floor_proxies.py): scenario names in every table.
+RELAY_FLOOR = "floor: uvloop byte relay"
+HTTPTOOLS_FLOOR = "floor: minimal httptools proxy"
+HTTPTOOLS_FLOOR_PAIR = "floor: minimal httptools pair"
+FLOOR_TEXT = (
+    "The Python floor is a proxy that only parses the request and the response with httptools"
+    " (the sidecar's parser) on uvloop (its event loop) and writes each head again: no limits,"
+    " framing rules, pool or logic (bench/sidecar/floor_proxies.py), measured in this run like"
+    ' the sidecar ("floor:" rows below). Where it misses a target too, no Python proxy on'
+    " httptools + uvloop meets it and the verdict says so; where it meets it, the gap is ours."
+    " For memory with a gRPC listener, and for gRPC `Call`, the floor is an empty grpc.aio"
+    " server. The same floors in instructions per request (callgrind): the section"
+    " 'Sidecar: instructions per request' below."
+)
 
 
 @dataclass
@@ -267,10 +281,42 @@ def _paced_cpu(report: Report, name: str, proc: str) -> float:
     return math.nan if cell is None else 1000 * cell.cpu_per_1k(proc)
 
 
-def targets(report: Report) -> list[tuple[str, str, str, str]]:
-    """(target, measured, verdict, nginx by the same measure) for each of issue 13's targets:
-    ratios against nginx in the same run."""
-    out: list[tuple[str, str, str, str]] = []
+class Target(NamedTuple):
+    """One row of the targets table: each column as shown."""
+
+    what: str
+    measured: str  # the sidecar's value
+    verdict: str
+    nginx: str  # nginx by the same measure
+    floor: str  # the Python floor by the same measure
+
+
+def _verdict(
+    value: float, floor: float, limit: float, unit: str, higher_is_better: bool, digits: int
+) -> str:
+    """met; or MISSED by how much, and whether even the Python floor misses the target (then no
+    Python proxy on httptools + uvloop meets it) or meets it (then the gap is the sidecar's)."""
+
+    def meets(v: float) -> bool:
+        return v >= limit if higher_is_better else v <= limit
+
+    if meets(value):
+        return "met"
+    missed = f"MISSED by {abs(value - limit):,.{digits}f} {unit}"
+    if math.isnan(floor):
+        return missed
+    if meets(floor):
+        return f"{missed}: ours (the floor meets it)"
+    return (
+        f"{missed}: the target is below the Python floor "
+        f"(the floor misses it by {abs(floor - limit):,.{digits}f} {unit})"
+    )
+
+
+def targets(report: Report) -> list[Target]:
+    """Issue 13's targets, as ratios against nginx in the same run, each beside the Python floor
+    (the minimal httptools proxy; for gRPC, the empty grpc.aio server) by the same measure."""
+    out: list[Target] = []
 
     def check(
         what: str,
@@ -278,27 +324,30 @@ def targets(report: Report) -> list[tuple[str, str, str, str]]:
         peer: float,
         limit: float,
         unit: str,
+        floor: float,
+        floor_name: str = "",
         higher_is_better: bool = False,
         digits: int = 0,
     ) -> None:
+        def shown(v: float) -> str:
+            if math.isnan(v):
+                return "-"
+            ratio = f" ({v / peer:.2f}x nginx)" if peer and not math.isnan(peer) else ""
+            return f"{v:,.{digits}f} {unit}{ratio}"
+
         peer_text = "-" if math.isnan(peer) else f"{peer:,.{digits}f} {unit}"
+        floor_text = shown(floor) + (
+            f", {floor_name}" if floor_name and not math.isnan(floor) else ""
+        )
         if math.isnan(value) or math.isnan(limit):
-            out.append(
-                (
-                    what,
-                    "not measured" if math.isnan(value) else f"{value:,.{digits}f} {unit}",
-                    "-",
-                    peer_text,
-                )
-            )
+            measured = "not measured" if math.isnan(value) else f"{value:,.{digits}f} {unit}"
+            out.append(Target(what, measured, "-", peer_text, floor_text))
             return
-        met = value >= limit if higher_is_better else value <= limit
-        ratio = f" ({value / peer:.2f}x nginx)" if peer and not math.isnan(peer) else ""
-        verdict = "met" if met else f"MISSED by {abs(value - limit):,.{digits}f} {unit}"
-        shown = f"{value:,.{digits}f} {unit}{ratio}"
+        verdict = _verdict(value, floor, limit, unit, higher_is_better, digits)
+        measured = shown(value)
         if value < 0:  # the proxied path beat direct: the difference is below the noise
-            shown, verdict = f"{shown} (below noise)", "met (noise dominates)"
-        out.append((what, shown, verdict, peer_text))
+            measured, verdict = f"{measured} (below noise)", "met (noise dominates)"
+        out.append(Target(what, measured, verdict, peer_text, floor_text))
 
     sidecar, nginx = "sidecar (outbound)", "nginx proxy"
     nginx_hop = _hop(report, nginx, _p50)
@@ -308,6 +357,7 @@ def targets(report: Report) -> list[tuple[str, str, str, str]]:
         nginx_hop,
         2.0 * nginx_hop,
         "µs",
+        _hop(report, HTTPTOOLS_FLOOR, _p50),
     )
     nginx_cpu = _paced_cpu(report, nginx, "nginx-proxy")
     check(
@@ -316,6 +366,7 @@ def targets(report: Report) -> list[tuple[str, str, str, str]]:
         nginx_cpu,
         1.3 * nginx_cpu,
         "ms/1000 req",
+        _paced_cpu(report, HTTPTOOLS_FLOOR, "httptools-floor"),
     )
     nginx_rps = report.wrk.get((nginx, 16), Cell()).median(_rps)
     check(
@@ -324,6 +375,7 @@ def targets(report: Report) -> list[tuple[str, str, str, str]]:
         nginx_rps,
         0.8 * nginx_rps,
         "req/s",
+        report.wrk.get((HTTPTOOLS_FLOOR, 16), Cell()).median(_rps),
         higher_is_better=True,
     )
     nginx_pair = _paced_added_p90(report, "nginx pair")
@@ -334,17 +386,22 @@ def targets(report: Report) -> list[tuple[str, str, str, str]]:
         nginx_pair,
         min(1.3 * nginx_pair, ISTIO_PAIR_P90_US),
         "µs",
+        _paced_added_p90(report, HTTPTOOLS_FLOOR_PAIR),
+        "two in a row",
     )
     nginx_rss = _worst_rss(report, NGINX)
     for name in SIDECARS:
         if name in report.peak_rss_mb:
-            grpc = " (gRPC listener)" if name in report.grpc_listeners else ""
+            grpc = name in report.grpc_listeners
+            floor_proc = "grpc-floor" if grpc else "httptools-floor"
             check(
-                f"peak RSS of {name}{grpc}: <= {RSS_LIMIT_MB:g} MB",
+                f"peak RSS of {name}{' (gRPC listener)' if grpc else ''}: <= {RSS_LIMIT_MB:g} MB",
                 report.peak_rss_mb[name],
                 nginx_rss,
                 RSS_LIMIT_MB,
                 "MiB",
+                report.peak_rss_mb.get(floor_proc, math.nan),
+                "empty grpc.aio server" if grpc else "",
                 digits=1,
             )
     floor = _grpc_p50(report, "empty grpc.aio server")
@@ -354,8 +411,19 @@ def targets(report: Report) -> list[tuple[str, str, str, str]]:
         math.nan,
         floor + GRPC_SLACK_US,
         "µs",
+        floor,
+        "empty grpc.aio server",
     )
     return out
+
+
+TARGET_HEADERS = [
+    "target",
+    "sidecar",
+    "verdict",
+    "nginx, same measure",
+    "Python floor (minimal httptools proxy), same measure",
+]
 
 
 def render(report: Report) -> str:
@@ -371,10 +439,8 @@ def render(report: Report) -> str:
     lines += [f"- {key}: {value}" for key, value in report.environment.items()]
     lines += [f"- **Note:** {note}" for note in report.notes]
     lines += ["", "### Targets (issue 13: ratios against nginx in this run)", ""]
-    lines += _table(
-        ["target", "sidecar", "verdict", "nginx, same measure"],
-        [list(t) for t in targets(report)],
-    )
+    lines += _table(TARGET_HEADERS, [list(t) for t in targets(report)])
+    lines += ["", FLOOR_TEXT]
     lines += ["", "### Closed loop: wrk, 1 and 16 connections", ""]
     lines += closed_loop(report)
     lines += [
@@ -448,10 +514,7 @@ def render(report: Report) -> str:
     if report.other_idle is not None:
         mode, other = report.other_idle
         lines += ["", f"### The same rounds with {mode}", ""]
-        lines += _table(
-            ["target", "sidecar", "verdict", "nginx, same measure"],
-            [list(t) for t in targets(other) if "RSS" not in t[0]],
-        )
+        lines += _table(TARGET_HEADERS, [list(t) for t in targets(other) if "RSS" not in t.what])
         lines += [""]
         lines += closed_loop(other)
         lines += [""]

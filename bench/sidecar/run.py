@@ -1,12 +1,13 @@
-"""Sidecar hop cost against direct calls, nginx and aiohttp, in one run.
+"""Sidecar hop cost against direct calls, nginx, the Python floors and aiohttp, in one run.
 
-    .venv/bin/python -m bench sidecar             # full run (~3-4 min), writes docs/benchmarks.md
+    .venv/bin/python -m bench sidecar             # full run (~8 min), writes docs/benchmarks.md
     .venv/bin/python -m bench sidecar --quick     # one short round, prints only (or run.py)
 
 One fixed upstream (nginx answering a 13-byte body) behind: nothing (direct); the sidecar's
 outbound listener; a client sidecar + a server sidecar (outbound -> inbound -> app, the mesh
-shape); nginx as a reverse proxy, and two of them in a row (the pair's peer); a minimal aiohttp
-reverse proxy. wrk (one thread) drives each
+shape); nginx as a reverse proxy, and two of them in a row (the pair's peer); the floors of any
+Python proxy on uvloop (bench/sidecar/floor_proxies.py: a byte relay, a minimal httptools proxy
+and two of those in a row); a minimal aiohttp reverse proxy. wrk (one thread) drives each
 at 1 and 16 connections; a fixed-rate client drives 1000 rps; a grpcio client drives the gRPC
 `Call` path. Rounds are interleaved (every cell once per round) so a noisy neighbour hurts all
 cells alike; each number is the median over rounds. CPU seconds come from /proc per process.
@@ -38,7 +39,16 @@ from bench.sidecar import procs
 from bench.sidecar.loadgen import LoadResult, grpc_calls, paced_http
 from bench.sidecar.procs import Proc
 from bench.sidecar.profile import Profile, profile_outbound
-from bench.sidecar.report import Cell, Report, Sample, render, write_section
+from bench.sidecar.report import (
+    HTTPTOOLS_FLOOR,
+    HTTPTOOLS_FLOOR_PAIR,
+    RELAY_FLOOR,
+    Cell,
+    Report,
+    Sample,
+    render,
+    write_section,
+)
 from bench.sidecar.wrk import WrkMissing, run_wrk, wrk_binary
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
@@ -127,6 +137,21 @@ def start_processes(workdir: Path, started: dict[str, Proc], notes: list[str]) -
         Scenario("sidecar pair", 2, pair.port, "/payment/", [pair, server]),
         Scenario("nginx proxy", 1, nginx.port, "/", [nginx]),
         Scenario("nginx pair", 2, nginx_front.port, "/", [nginx_front, nginx]),
+    ]
+    # The floors of any Python proxy on uvloop, measured like the sidecar (floor_proxies.py).
+    relay = started["relay-floor"] = procs.start_floor_proxy(
+        workdir, "relay", up.port, "relay-floor"
+    )
+    floor = started["httptools-floor"] = procs.start_floor_proxy(
+        workdir, "httptools", up.port, "httptools-floor"
+    )
+    floor_front = started["httptools-floor-front"] = procs.start_floor_proxy(
+        workdir, "httptools", floor.port, "httptools-floor-front"
+    )
+    scenarios += [
+        Scenario(RELAY_FLOOR, 1, relay.port, "/", [relay]),
+        Scenario(HTTPTOOLS_FLOOR, 1, floor.port, "/", [floor]),
+        Scenario(HTTPTOOLS_FLOOR_PAIR, 2, floor_front.port, "/", [floor_front, floor]),
     ]
     try:
         aio = started["aiohttp-proxy"] = procs.start_aiohttp_proxy(workdir, up.port)

@@ -10,11 +10,22 @@ from pathlib import Path
 
 from bench.__main__ import suites
 from bench.sidecar.profile import summarise
-from bench.sidecar.report import Cell, Report, Sample, render, targets, write_section
+from bench.sidecar.report import (
+    HTTPTOOLS_FLOOR,
+    HTTPTOOLS_FLOOR_PAIR,
+    Cell,
+    Report,
+    Sample,
+    render,
+    targets,
+    write_section,
+)
 
 
-def _sample(p50: float, p90: float, p99: float, rps: float, cpu: float = 0.0) -> Sample:
-    return Sample(p50, p90, p99, rps, requests=1000, errors=0, cpu={"sidecar": cpu})
+def _sample(
+    p50: float, p90: float, p99: float, rps: float, cpu: float = 0.0, proc: str = "sidecar"
+) -> Sample:
+    return Sample(p50, p90, p99, rps, requests=1000, errors=0, cpu={proc: cpu})
 
 
 def _report() -> Report:
@@ -39,9 +50,7 @@ def test_targets_are_ratios_against_nginx_in_the_same_run() -> None:
     0.8x; 30 MiB meets 30 MB; unmeasured targets say so."""
     report = _report()
     report.wrk[("nginx proxy", 16)] = Cell([_sample(300, 400, 900, 50_000)])
-    verdicts = {
-        what.split(":")[0]: (measured, verdict) for what, measured, verdict, _ in targets(report)
-    }
+    verdicts = {t.what.split(":")[0]: (t.measured, t.verdict) for t in targets(report)}
     assert verdicts["added p50 per hop, 1 conn"] == ("50 µs (2.00x nginx)", "met")
     assert verdicts["throughput at 16 conns"] == ("48,000 req/s (0.96x nginx)", "met")
     assert verdicts["peak RSS of sidecar"][1] == "met"
@@ -51,7 +60,7 @@ def test_targets_are_ratios_against_nginx_in_the_same_run() -> None:
 
 def test_targets_show_nginx_by_the_same_measure() -> None:
     """The peer column: nginx's added p50 per hop next to the sidecar's."""
-    peers = {what.split(":")[0]: peer for what, _, _, peer in targets(_report())}
+    peers = {t.what.split(":")[0]: t.nginx for t in targets(_report())}
     assert peers["added p50 per hop, 1 conn"] == "25 µs"
     assert peers["peak RSS of sidecar"] == "-"
 
@@ -63,9 +72,76 @@ def test_a_missed_target_names_the_gap() -> None:
     report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(220, 300, 400, 5_000)])
     report.grpc[("empty grpc.aio server", 1)] = Cell([_sample(300, 400, 500, 3_000)])
     report.grpc[("sidecar Call", 1)] = Cell([_sample(400, 500, 600, 2_000)])
-    verdicts = {what.split(":")[0]: verdict for what, _, verdict, _ in targets(report)}
+    verdicts = {t.what.split(":")[0]: t.verdict for t in targets(report)}
     assert verdicts["added p50 per hop, 1 conn"] == "MISSED by 150 µs"
-    assert verdicts["gRPC Call p50, 1 conn"] == "MISSED by 40 µs"
+    assert verdicts["gRPC Call p50, 1 conn"] == "MISSED by 40 µs: ours (the floor meets it)"
+
+
+def test_a_target_the_python_floor_misses_too_says_so() -> None:
+    """The minimal httptools proxy, measured in the same run, adds 60 µs at p50 where 2x nginx
+    allows 50: the sidecar's miss is below what any Python proxy reaches, and the verdict says
+    it. Where the floor meets the target (throughput), the gap is the sidecar's own."""
+    report = _report()
+    report.scenarios.append((HTTPTOOLS_FLOOR, 1, ["httptools-floor"]))
+    report.wrk[("sidecar (outbound)", 1)] = Cell([_sample(120, 300, 400, 5_000)])
+    report.wrk[(HTTPTOOLS_FLOOR, 1)] = Cell([_sample(80, 90, 200, 12_000)])
+    report.wrk[("nginx proxy", 16)] = Cell([_sample(300, 400, 900, 50_000)])
+    report.wrk[("sidecar (outbound)", 16)] = Cell([_sample(900, 1500, 3000, 30_000)])
+    report.wrk[(HTTPTOOLS_FLOOR, 16)] = Cell([_sample(400, 500, 900, 45_000)])
+    rows = {t.what.split(":")[0]: t for t in targets(report)}
+    hop = rows["added p50 per hop, 1 conn"]
+    assert hop.verdict == (
+        "MISSED by 50 µs: the target is below the Python floor (the floor misses it by 10 µs)"
+    )
+    assert hop.floor == "60 µs (2.40x nginx)"
+    throughput = rows["throughput at 16 conns"]
+    assert throughput.verdict == "MISSED by 10,000 req/s: ours (the floor meets it)"
+    assert throughput.floor == "45,000 req/s (0.90x nginx)"
+
+
+def test_the_floor_of_each_target_is_measured_the_same_way() -> None:
+    """CPU at 1000 rps is the floor process's; the pair target uses two floors in a row; a
+    sidecar with a gRPC listener is held against the empty grpc.aio server's RSS, one without
+    it against the httptools floor's."""
+    report = _report()
+    report.scenarios += [
+        ("sidecar pair", 2, ["sidecar-client", "sidecar-server"]),
+        ("nginx pair", 2, ["nginx-front", "nginx-proxy"]),
+        (HTTPTOOLS_FLOOR, 1, ["httptools-floor"]),
+        (HTTPTOOLS_FLOOR_PAIR, 2, ["httptools-floor-front", "httptools-floor"]),
+    ]
+    report.paced["direct"] = Cell([_sample(20, 40, 100, 1000)])
+    report.paced["sidecar (outbound)"] = Cell([_sample(150, 250, 400, 1000, cpu=0.1)])
+    report.paced["nginx proxy"] = Cell([_sample(100, 140, 200, 1000, 0.05, "nginx-proxy")])
+    report.paced[HTTPTOOLS_FLOOR] = Cell([_sample(90, 130, 200, 1000, 0.06, "httptools-floor")])
+    report.paced["sidecar pair"] = Cell([_sample(300, 400, 600, 1000)])
+    report.paced["nginx pair"] = Cell([_sample(150, 200, 300, 1000)])
+    report.paced[HTTPTOOLS_FLOOR_PAIR] = Cell([_sample(200, 290, 400, 1000)])
+    report.peak_rss_mb = {
+        "sidecar": 45.0,
+        "sidecar-server": 28.0,
+        "grpc-floor": 41.8,
+        "httptools-floor": 15.0,
+    }
+    report.grpc_listeners = ("sidecar",)
+    rows = {t.what.split(":")[0]: t for t in targets(report)}
+    cpu = rows["CPU per request at 1000 rps"]
+    assert (cpu.measured, cpu.floor) == (
+        "100 ms/1000 req (2.00x nginx)",
+        "60 ms/1000 req (1.20x nginx)",
+    )
+    assert cpu.verdict == "MISSED by 35 ms/1000 req: ours (the floor meets it)"
+    pair = rows["pair at 1000 rps, added p90"]
+    assert pair.floor == "250 µs (1.56x nginx), two in a row"
+    assert pair.verdict.endswith(
+        "the target is below the Python floor (the floor misses it by 42 µs)"
+    )
+    grpc_rss = rows["peak RSS of sidecar (gRPC listener)"]
+    assert grpc_rss.floor.endswith(", empty grpc.aio server")
+    assert grpc_rss.verdict == (
+        "MISSED by 15.0 MiB: the target is below the Python floor (the floor misses it by 11.8 MiB)"
+    )
+    assert rows["peak RSS of sidecar-server"].floor == "15.0 MiB"
 
 
 def test_the_other_idle_mode_is_rendered_after_the_main_tables() -> None:
