@@ -1,9 +1,14 @@
 """Profile a sidecar under load with py-spy, and summarise where its CPU time goes.
 
-py-spy spawns the sidecar (attaching to a running process needs ptrace rights a container may
-not grant), records raw collapsed stacks until the sidecar exits, and the summary lists the
-functions with the most samples at the top of the stack (self time) and the sidecar functions
-with the most samples anywhere on it (inclusive time). Start-up (imports) is left out. py-spy
+py-spy spawns the serving process itself (attaching to a running process needs ptrace rights a
+container may not grant): `python -m cascadebreaker.sidecar.serve FD` with the config validated
+here, as `ccb sidecar` hands it over. Not `ccb sidecar`: that validates, then execs the serving
+process in the same PID, and py-spy keeps reading the interpreter it found before the exec (every
+sample after it is an error; the profile held only the validation's start-up). It records raw
+collapsed stacks until the sidecar exits; the summary lists the functions with the most samples
+at the top of the stack (self time) and the sidecar functions with the most samples anywhere on
+it (inclusive time). Only the serving process's stacks count, start-up (imports) left out. A
+profile without a sample raises `ProfileError` naming the cause, never an empty table. py-spy
 samples Python frames: time in a C call (a socket send inside `transport.write`) is charged to
 the Python function that made it.
 """
@@ -11,7 +16,9 @@ the Python function that made it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.sidecar.procs import BenchSetupError, ccb_command, free_port, wait_http
+from bench.sidecar.procs import BenchSetupError, free_port, wait_http
 from bench.sidecar.wrk import run_wrk
 
 
@@ -36,7 +43,14 @@ class Profile:
     inclusive_top: list[tuple[str, float]]
 
 
-_ENTRY = ("(cascadebreaker/cli.py)", "(cascadebreaker/sidecar/command.py)")
+SERVE_MODULE = "cascadebreaker.sidecar.serve"
+_SERVING = "(cascadebreaker/sidecar/serve.py:"  # on every stack of the serving process
+_ENTRY = "(cascadebreaker/sidecar/serve.py)"  # so on every stack: no information
+_PY_SPY_COUNTS = re.compile(r"Samples: \d+ Errors: \d+")
+
+
+class ProfileError(RuntimeError):
+    """The profile could not be recorded; the message names the cause."""
 
 
 def py_spy() -> str | None:
@@ -54,6 +68,8 @@ def summarise(raw: str, top: int = 10) -> Profile:
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit() or "importlib" in stack:
             continue  # start-up (imports) is not the cost of serving
+        if _SERVING not in stack:
+            continue  # not the serving process (`ccb sidecar` validating, before its exec)
         count = int(count_text)
         total += count
         frames = [f.split(" (", 1)[0] + _where(f) for f in stack.split(";")]
@@ -77,13 +93,42 @@ def _where(frame: str) -> str:
     return f" ({rest.rsplit(':', 1)[0]})" if rest else ""
 
 
-def profile_outbound(workdir: Path, upstream_port: int, seconds: float) -> Profile | None:
-    """Run a client sidecar under py-spy while wrk drives 16 connections through it."""
+def from_py_spy(raw: str, log: str) -> Profile:
+    """The summary of py-spy's raw output; `ProfileError` when it holds no sample of serving."""
+    profile = summarise(raw)
+    if profile.samples == 0:
+        counts = _PY_SPY_COUNTS.findall(log)
+        said = f"py-spy: {counts[-1]}" if counts else f"py-spy said: {log.strip()[-300:]!r}"
+        raise ProfileError(f"py-spy recorded no sample of the serving sidecar ({said})")
+    return profile
+
+
+def serving_argv(config_fd: int, shown_path: Path) -> list[str]:
+    """The serving process, as `ccb sidecar` execs it (`--config` only names the file in ps)."""
+    return [sys.executable, "-m", SERVE_MODULE, str(config_fd), "--config", str(shown_path)]
+
+
+def _validated(config: dict[str, object], workdir: Path) -> Path:
+    """The config validated as `ccb sidecar` does, in the JSON form the serving process reads."""
+    from cascadebreaker.sidecar.config import config_to_dict
+    from cascadebreaker.sidecar.schema import parse_config
+
+    path = workdir / "profiled.json"
+    path.write_text(json.dumps(config_to_dict(parse_config(config))))
+    return path
+
+
+def profile_outbound(workdir: Path, upstream_port: int, seconds: float) -> Profile:
+    """Run a client sidecar under py-spy while wrk drives 16 connections through it.
+
+    Raises `ProfileError` naming the cause when there is no profile to show."""
     binary = py_spy()
     if binary is None:
-        return None
+        raise ProfileError(
+            "py-spy is not installed (pip install py-spy, or the bench extra; --no-profile skips)"
+        )
     port = free_port()
-    config = {
+    config: dict[str, object] = {
         "service": "checkout",
         "listen": {"outbound": f"127.0.0.1:{port}", "inbound": None, "grpc": None, "admin": None},
         "upstreams": {
@@ -91,36 +136,39 @@ def profile_outbound(workdir: Path, upstream_port: int, seconds: float) -> Profi
         },
         "log_level": "warning",
     }
-    path = workdir / "profiled.yaml"
-    path.write_text(yaml.safe_dump(config))
+    shown = workdir / "profiled.yaml"
+    shown.write_text(yaml.safe_dump(config))
     out = workdir / "profile.txt"
     log = workdir / "profiled.log"
-    argv = [
-        binary,
-        "record",
-        "--format",
-        "raw",
-        "-r",
-        "250",
-        "-o",
-        str(out),
-        "--",
-        *ccb_command(),
-        "sidecar",
-        "--config",
-        str(path),
-    ]
-    with log.open("wb") as sink:
-        spy = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
+    with _validated(config, workdir).open("rb") as handed_over:
+        fd = handed_over.fileno()
+        argv = [
+            binary,
+            "record",
+            "--format",
+            "raw",
+            "-r",
+            "250",
+            "-o",
+            str(out),
+            "--",
+            *serving_argv(fd, shown),
+        ]
+        with log.open("wb") as sink:
+            # py-spy passes the descriptor on to the process it spawns.
+            spy = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, pass_fds=(fd,))
     try:
         # On failure the sidecar under py-spy is stopped below, then py-spy itself.
         wait_http(port, "/payment/", spy, "profiled sidecar", log, kill_on_failure=False)
         run_wrk(f"http://127.0.0.1:{port}/payment/", 16, seconds, workdir)
-    except BenchSetupError:
-        return None
+    except BenchSetupError as exc:
+        raise ProfileError(f"the sidecar under py-spy did not serve: {exc}") from exc
     finally:
         _stop_child(spy)
-    return summarise(out.read_text()) if out.exists() else None
+    said = log.read_text(errors="replace")
+    if not out.exists():
+        raise ProfileError(f"py-spy wrote no profile (exit {spy.returncode}): {said[-300:]!r}")
+    return from_py_spy(out.read_text(), said)
 
 
 def _stop_child(spy: subprocess.Popen[bytes]) -> None:

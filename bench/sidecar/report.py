@@ -80,6 +80,7 @@ class Report:
     import_rss_mb: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     profile: Profile | None = None
+    profile_error: str = ""  # why there is no profile, when one was asked for
     environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -426,6 +427,30 @@ TARGET_HEADERS = [
 ]
 
 
+def _profile(p: Profile) -> list[str]:
+    """The profile's two tables, with how to read them."""
+    lines = [
+        "",
+        f"### Profile: sidecar outbound at 16 connections (py-spy, {p.samples:,} samples)",
+        "",
+        "Most samples on top of the stack (self time):",
+        "",
+    ]
+    lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.self_top])
+    lines += [
+        "",
+        "Reading it: py-spy samples Python frames, so the time of a C call is charged to the "
+        "Python function that made it; `ServerConnection.write` and `UpstreamConnection.send`"
+        " are mostly the `send()` system calls of `transport.write`, and `Runner.run` is the "
+        "event loop's own C code (uvloop: epoll, reads).",
+        "",
+        "Sidecar functions with the most samples anywhere on the stack:",
+        "",
+    ]
+    lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.inclusive_top])
+    return lines
+
+
 def render(report: Report) -> str:
     """The whole `## Sidecar` section as markdown."""
     lines = [
@@ -490,27 +515,18 @@ def render(report: Report) -> str:
         lines += _table(
             ["imports", "RSS MiB"], [[k, f"{v:.1f}"] for k, v in report.import_rss_mb.items()]
         )
-    if report.profile is not None:
-        p = report.profile
+    missing = report.profile_error
+    if report.profile is not None and report.profile.samples == 0 and not missing:
+        missing = "py-spy recorded no sample"
+    if missing:
         lines += [
             "",
-            f"### Profile: sidecar outbound at 16 connections (py-spy, {p.samples} samples)",
+            "### Profile: sidecar outbound at 16 connections (py-spy)",
             "",
-            "Most samples on top of the stack (self time):",
-            "",
+            f"**The profile was not recorded: {missing}.**",
         ]
-        lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.self_top])
-        lines += [
-            "",
-            "Reading it: py-spy samples Python frames, so the time of a C call is charged to the "
-            "Python function that made it; `ServerConnection.write` and `UpstreamConnection.send`"
-            " are mostly the `send()` system calls of `transport.write`, and `Runner.run` is the "
-            "event loop's own C code (uvloop: epoll, reads).",
-            "",
-            "Sidecar functions with the most samples anywhere on the stack:",
-            "",
-        ]
-        lines += _table(["function", "share"], [[f"`{f}`", f"{s:.1%}"] for f, s in p.inclusive_top])
+    elif report.profile is not None:
+        lines += _profile(report.profile)
     if report.other_idle is not None:
         mode, other = report.other_idle
         lines += ["", f"### The same rounds with {mode}", ""]

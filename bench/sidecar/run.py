@@ -3,6 +3,8 @@
     .venv/bin/python -m bench sidecar             # full run (~8 min), writes docs/benchmarks.md
     .venv/bin/python -m bench sidecar --quick     # one short round, prints only (or run.py)
 
+Exit status 1 when the py-spy profile could not be recorded (the tables say why in its place).
+
 One fixed upstream (nginx answering a 13-byte body) behind: nothing (direct); the sidecar's
 outbound listener; a client sidecar + a server sidecar (outbound -> inbound -> app, the mesh
 shape); nginx as a reverse proxy, and two of them in a row (the pair's peer); the floors of any
@@ -38,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importabl
 from bench.sidecar import procs
 from bench.sidecar.loadgen import LoadResult, grpc_calls, paced_http
 from bench.sidecar.procs import Proc
-from bench.sidecar.profile import Profile, profile_outbound
+from bench.sidecar.profile import Profile, ProfileError, profile_outbound
 from bench.sidecar.report import (
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
@@ -289,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per cell per round")
-    parser.add_argument("--quick", action="store_true", help="1 round of 1 s; no doc write")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round of 1 s, a 2 s profile; no doc write"
+    )
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     parser.add_argument(
         "--idle",
@@ -302,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC, help="markdown file to update")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.seconds, args.no_write, args.no_profile = 1, 1.0, True, True
+        args.rounds, args.seconds, args.no_write = 1, 1.0, True
         if args.idle == "both":
             args.idle = "halting"
     try:
@@ -315,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-sidecar-"))
     started: dict[str, Proc] = {}
     profile: Profile | None = None
+    profile_error = ""
     busy_before, times_before, wall_before = system_busy_seconds(), os.times(), time.monotonic()
     modes = ["halting", "polling"] if args.idle == "both" else [args.idle]
     reports: dict[str, Report] = {}
@@ -328,7 +333,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 reports[mode] = run_rounds(scenarios, started, args.rounds, args.seconds, workdir)
         if not args.no_profile:
-            profile = profile_outbound(workdir, started["upstream"].port, 5.0)
+            try:
+                seconds = 2.0 if args.quick else 5.0  # the smoke run checks the profile too
+                profile = profile_outbound(workdir, started["upstream"].port, seconds)
+            except ProfileError as exc:
+                profile_error = str(exc)
+                print(f"bench sidecar: the profile FAILED: {exc}", file=sys.stderr, flush=True)
         # CPU the rest of the machine used meanwhile: the noise on these numbers.
         foreign = system_busy_seconds() - busy_before - own_seconds(started, times_before)
         foreign_share = max(foreign, 0.0) / (time.monotonic() - wall_before)
@@ -347,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     report.import_rss_mb = procs.import_rss_mb()
     report.notes = notes
     report.profile = profile
+    report.profile_error = profile_error
     report.environment = environment(args.rounds, args.seconds, load_before)
     report.environment["load average after the run"] = f"{os.getloadavg()[0]:.2f}"
     report.environment["CPU idle"] = _IDLE_TEXT[modes[0]] + (
@@ -363,6 +374,13 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.doc, markdown)
         print(f"wrote the '## Sidecar' section of {args.doc}")
     shutil.rmtree(workdir, ignore_errors=True)
+    if profile_error:  # the tables stand; the missing profile must not pass unnoticed
+        print(
+            f"bench sidecar: the profile FAILED ({profile_error}); the tables say so in its "
+            "place. --no-profile skips it.",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

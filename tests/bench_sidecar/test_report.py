@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import suites
-from bench.sidecar.profile import summarise
+from bench.sidecar.profile import Profile, ProfileError, from_py_spy, serving_argv, summarise
 from bench.sidecar.report import (
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
@@ -180,14 +182,32 @@ def test_write_section_appends_when_absent(tmp_path: Path) -> None:
     assert fresh.read_text() == "# Benchmarks\n\n## Sidecar\n\nnew\n"
 
 
+SERVING = (
+    "_run_module_as_main (<frozen runpy>:198);_run_code (<frozen runpy>:88);"
+    "<module> (cascadebreaker/sidecar/serve.py:77);main (cascadebreaker/sidecar/serve.py:31);"
+    "serve (cascadebreaker/sidecar/serve.py:49);_run (cascadebreaker/sidecar/serve.py:73);"
+)
+# What py-spy recorded of `ccb sidecar` before it execs the serving process (samples after the
+# exec are errors: py-spy still reads the old image): validating, and imports.
+VALIDATING = "\n".join(
+    [
+        "<module> (ccb:6);main (cascadebreaker/cli.py:61);run_command "
+        "(cascadebreaker/sidecar/command.py:51);load_config "
+        "(cascadebreaker/sidecar/schema/__init__.py:40);model_dump (pydantic/main.py:9) 1",
+        "<module> (ccb:6);main (cascadebreaker/cli.py:61);_find_and_load "
+        "(<frozen importlib._bootstrap>:1176) 139",
+    ]
+)
+
+
 def test_profile_summary_counts_self_and_inclusive_time() -> None:
     """Leaf frames give self time; start-up stacks and entry frames are left out."""
     raw = "\n".join(
         [
-            "main (cascadebreaker/cli.py:5);a (cascadebreaker/sidecar/x.py:1);"
+            SERVING + "a (cascadebreaker/sidecar/x.py:1);"
             "send (cascadebreaker/sidecar/upstream.py:9) 6",
-            "main (cascadebreaker/cli.py:5);a (cascadebreaker/sidecar/x.py:2) 4",
-            "<module> (x:1);_find_and_load (<frozen importlib._bootstrap>:1) 90",
+            SERVING + "a (cascadebreaker/sidecar/x.py:2) 4",
+            SERVING + "_find_and_load (<frozen importlib._bootstrap>:1) 90",
         ]
     )
     profile = summarise(raw)
@@ -197,6 +217,49 @@ def test_profile_summary_counts_self_and_inclusive_time() -> None:
         "a (cascadebreaker/sidecar/x.py)": 1.0,
         "send (cascadebreaker/sidecar/upstream.py)": 0.6,
     }
+
+
+def test_profile_counts_only_the_serving_process() -> None:
+    """Stacks of `ccb sidecar` validating its config before the exec are not the cost of
+    serving: a profile of only those has no sample."""
+    assert summarise(VALIDATING).samples == 0
+    assert (
+        summarise(VALIDATING + "\n" + SERVING + "a (cascadebreaker/sidecar/x.py:1) 5").samples == 5
+    )
+
+
+def test_a_profile_without_samples_fails_naming_the_cause() -> None:
+    """py-spy's own count goes into the error: the empty table of the run it would have caught
+    (py-spy sampled `ccb sidecar`, which then exec'd: 2 samples, 806 errors)."""
+    log = "py-spy> Wrote raw flamegraph data to 'p.txt'. Samples: 141 Errors: 806\n"
+    with pytest.raises(
+        ProfileError, match=r"no sample of the serving sidecar.*Samples: 141 Errors: 806"
+    ):
+        from_py_spy(VALIDATING, log)
+    profile = from_py_spy(SERVING + "a (cascadebreaker/sidecar/x.py:1) 5", "Samples: 5 Errors: 0")
+    assert profile.samples == 5
+
+
+def test_py_spy_spawns_the_serving_process_itself() -> None:
+    """`ccb sidecar` validates, then execs the serving process: py-spy keeps reading the image it
+    started with and samples nothing after the exec. So it spawns the serving module directly."""
+    argv = serving_argv(7, Path("/tmp/profiled.yaml"))
+    assert argv[1:5] == ["-m", "cascadebreaker.sidecar.serve", "7", "--config"]
+    assert "sidecar" not in argv[1:4]
+
+
+def test_a_profile_that_failed_is_named_not_rendered_as_an_empty_table() -> None:
+    """The report says why there is no profile; it never prints a table of 0 samples."""
+    report = _report()
+    report.profile = Profile(0, [], [])
+    text = render(report)
+    assert "0 samples" not in text
+    assert "not recorded" in text
+    report.profile = None
+    report.profile_error = "py-spy recorded no sample of the serving sidecar"
+    text = render(report)
+    assert "### Profile" in text
+    assert "not recorded: py-spy recorded no sample of the serving sidecar" in text
 
 
 def test_bench_discovers_the_suites() -> None:
