@@ -48,12 +48,16 @@ class Proc:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds used so far (from /proc)."""
+        return sum(self.cpu_times())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """User and system (kernel) CPU seconds used so far (from /proc)."""
         try:
             fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
-            return 0.0
+            return 0.0, 0.0
         ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        return int(fields[11]) / ticks, int(fields[12]) / ticks  # utime, stime
 
     def peak_rss_mb(self) -> float:
         """Peak resident set size (VmHWM) in MiB."""

@@ -72,10 +72,12 @@ class Scenario:
 def _measure(
     measured: list[Proc], run: Callable[[], tuple[float, float, float, float, int, int]]
 ) -> Sample:
-    before = {p.name: p.cpu_seconds() for p in measured}
+    before = {p.name: p.cpu_times() for p in measured}
     p50, p90, p99, rps, requests, errors = run()
-    cpu = {p.name: p.cpu_seconds() - before[p.name] for p in measured}
-    return Sample(p50, p90, p99, rps, requests, errors, cpu)
+    after = {p.name: p.cpu_times() for p in measured}
+    cpu = {n: sum(after[n]) - sum(before[n]) for n in after}
+    system = {n: after[n][1] - before[n][1] for n in after}
+    return Sample(p50, p90, p99, rps, requests, errors, cpu, system)
 
 
 def _wrk_cell(s: Scenario, connections: int, seconds: float, workdir: Path) -> Sample:

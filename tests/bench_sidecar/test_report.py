@@ -146,6 +146,18 @@ def test_the_floor_of_each_target_is_measured_the_same_way() -> None:
     assert rows["peak RSS of sidecar-server"].floor == "15.0 MiB"
 
 
+def test_the_fixed_rate_table_splits_user_space_from_kernel_cpu() -> None:
+    """CPU per request at 1000 rps is user + system time; the user-space part (the proxy's own
+    code, what callgrind counts) gets its own column, "-" where the split was not recorded."""
+    report = _report()
+    split = Sample(150, 250, 400, 1000, 1000, 0, {"sidecar": 0.1}, {"sidecar": 0.06})
+    report.paced["sidecar (outbound)"] = Cell([split])
+    report.paced["nginx proxy"] = Cell([_sample(100, 140, 200, 1000, 0.05, "nginx-proxy")])
+    text = render(report)
+    assert "| sidecar (outbound) | 1,000 | 150 | 250 | 400 | - | 100 | 40 | 0 |" in text
+    assert "| nginx proxy | 1,000 | 100 | 140 | 200 | - | 50 | - | 0 |" in text
+
+
 def test_the_other_idle_mode_is_rendered_after_the_main_tables() -> None:
     """Both CPU idle modes are recorded: the second as its own section."""
     report = _report()
