@@ -1,6 +1,6 @@
 """Sidecar hop cost against direct calls, nginx, the Python floors and aiohttp, in one run.
 
-    .venv/bin/python -m bench sidecar             # full run (~8 min), writes docs/benchmarks.md
+    .venv/bin/python -m bench sidecar             # full run (~11 min), writes docs/benchmarks.md
     .venv/bin/python -m bench sidecar --quick     # one short round, prints only (or run.py)
 
 Exit status 1 when the py-spy profile could not be recorded (the tables say why in its place).
