@@ -25,7 +25,7 @@ from .blocks import (
     user_frame,
 )
 from .core.classify import Classifier, ExceptionPredicate, ResultPredicate
-from .core.config import BreakerConfig, build_policies
+from .core.config import BreakerConfig, build_policies, check_settings
 from .core.policies import Backoff, FixedBackoff, TripPolicy
 from .core.state import Admission, Outcome, Reason, State
 from .degraded import FallbackReason, GuardedResult
@@ -102,6 +102,14 @@ class CircuitBreaker:
             backoff = FixedBackoff(float(recovery_timeout))
         if success_threshold is None:
             success_threshold = half_open_max_calls if isinstance(half_open_max_calls, int) else 1
+        # Before the constructor: compiled, it would refuse a wrong type with a bare TypeError.
+        check_settings(
+            half_open_max_calls,
+            success_threshold,
+            max_half_open_time,
+            probe_timeout,
+            half_open_failure_rate,
+        )
         self.config = BreakerConfig(
             policies=build_policies(failure_threshold, policy),
             backoff=backoff,

@@ -6,6 +6,7 @@ Kept apart from the trip policy (as linkerd2-proxy does): the classifier says wh
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,11 @@ class FailureInfo:
             return None
         kind, _, message = text.partition(": ")
         return cls(kind, message)
+
+    def __reduce__(self) -> tuple[builtins.type[FailureInfo], tuple[str, str]]:
+        """Pickle by the constructor: compiled by mypyc, the dataclass's own frozen `__setstate__`
+        path fails (CircuitOpenError carries one across processes)."""
+        return (FailureInfo, (self.type, self.message))
 
     def describe(self) -> str:
         """'Type: message', or just the type when there is no message."""

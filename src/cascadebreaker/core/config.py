@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from .classify import Classifier
 from .policies import Backoff, ConsecutiveFailures, FixedBackoff, SlowCallRate, TripPolicy
@@ -35,22 +36,13 @@ class BreakerConfig:
                 raise ValueError(f"policy entries must be TripPolicy instances, got {p!r}")
         if not isinstance(self.backoff, Backoff):
             raise ValueError(f"backoff must be a Backoff, got {self.backoff!r}")
-        _int_at_least("half_open_max_calls", self.half_open_max_calls, 1)
-        _int_at_least("success_threshold", self.success_threshold, 1)
-        if self.success_threshold > self.half_open_max_calls:
-            raise ValueError(
-                f"success_threshold must be <= half_open_max_calls "
-                f"({self.half_open_max_calls}), got {self.success_threshold!r}"
-            )
-        for setting, value in (
-            ("max_half_open_time", self.max_half_open_time),
-            ("probe_timeout", self.probe_timeout),
-        ):
-            if value is not None and not (_is_number(value) and value > 0):
-                raise ValueError(f"{setting} must be a number > 0, got {value!r}")
-        rate = self.half_open_failure_rate
-        if rate is not None and not (_is_number(rate) and 0.0 < rate <= 1.0):
-            raise ValueError(f"half_open_failure_rate must be in (0, 1], got {rate!r}")
+        check_settings(
+            self.half_open_max_calls,
+            self.success_threshold,
+            self.max_half_open_time,
+            self.probe_timeout,
+            self.half_open_failure_rate,
+        )
 
     @property
     def needs_duration(self) -> bool:
@@ -81,22 +73,52 @@ class BreakerConfig:
         return all(not p.counts_successes for p in self.policies)
 
 
+def check_settings(
+    half_open_max_calls: object,
+    success_threshold: object,
+    max_half_open_time: object,
+    probe_timeout: object,
+    half_open_failure_rate: object,
+) -> None:
+    """Raise ValueError naming the first bad one of these settings.
+
+    Typed `object`: when this module is compiled (mypyc), BreakerConfig's constructor refuses a
+    wrong-typed value with a TypeError that names no setting, so the facade checks first.
+    """
+    half_open = _int_at_least("half_open_max_calls", half_open_max_calls, 1)
+    successes = _int_at_least("success_threshold", success_threshold, 1)
+    if successes > half_open:
+        raise ValueError(
+            f"success_threshold must be <= half_open_max_calls ({half_open}), got {successes!r}"
+        )
+    for setting, value in (
+        ("max_half_open_time", max_half_open_time),
+        ("probe_timeout", probe_timeout),
+    ):
+        if value is not None and not (_is_number(value) and value > 0):
+            raise ValueError(f"{setting} must be a number > 0, got {value!r}")
+    rate = half_open_failure_rate
+    if rate is not None and not (_is_number(rate) and 0.0 < rate <= 1.0):
+        raise ValueError(f"half_open_failure_rate must be in (0, 1], got {rate!r}")
+
+
 def build_policies(
-    failure_threshold: int, policy: TripPolicy | Sequence[TripPolicy] | None
+    failure_threshold: object, policy: TripPolicy | Sequence[TripPolicy] | None
 ) -> tuple[TripPolicy, ...]:
     """Turn the facade's `failure_threshold` / `policy` arguments into policy specs."""
     if policy is None:
-        _int_at_least("failure_threshold", failure_threshold, 1)
-        return (ConsecutiveFailures(failure_threshold),)
+        threshold = _int_at_least("failure_threshold", failure_threshold, 1)
+        return (ConsecutiveFailures(threshold),)
     if isinstance(policy, TripPolicy):
         return (policy,)
     return tuple(policy)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _int_at_least(setting: str, value: object, low: int) -> None:
+def _int_at_least(setting: str, value: object, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{setting} must be an integer >= {low}, got {value!r}")
+    return value

@@ -239,7 +239,10 @@ class ServerConnection(RequestReader, asyncio.Protocol):
         if self._receiving is not None:
             self._receiving.request_body(data)
 
-    def _request_complete(self) -> None:
+    # httptools calls it directly: one Python call fewer per request than the reader's
+    # forwarding method. A method, not `on_message_complete = _request_complete`: mypyc
+    # compiles a class-body alias into an attribute that is never set.
+    def on_message_complete(self) -> None:
         """The request is whole; stop reading if its response must wait its turn."""
         exchange = self._receiving
         self._receiving = None
@@ -248,9 +251,9 @@ class ServerConnection(RequestReader, asyncio.Protocol):
             if self._queue and exchange is self._queue[-1] and not self.closed:
                 self.pause_reading(_PIPELINED)  # its turn comes when the ones before it are done
 
-    # httptools calls it directly: one Python call fewer per request than the reader's
-    # forwarding method.
-    on_message_complete = _request_complete
+    def _request_complete(self) -> None:
+        """The request is whole (the reader's hook; httptools calls the method above)."""
+        self.on_message_complete()
 
     # -- used by exchanges ------------------------------------------------------------------
     def write(self, data: bytes) -> None:

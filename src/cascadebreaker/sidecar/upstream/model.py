@@ -10,14 +10,17 @@ UpstreamError                 the call failed before a complete response (502 by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 
 class UpstreamError(Exception):
     """A call to an upstream failed before a complete response arrived."""
 
-    status = 502
-    kind = "error"
+    # ClassVar: compiled by mypyc, a plain class attribute would become an instance attribute
+    # that the subclasses' values never reach (reading it raised AttributeError).
+    status: ClassVar[int] = 502
+    kind: ClassVar[str] = "error"
 
     def __init__(
         self, upstream: str, detail: str, *, reused: bool = False, response_started: bool = False
