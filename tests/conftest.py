@@ -22,6 +22,24 @@ from cascadebreaker.testing import RedisServer, free_port, throwaway_redis
 __all__ = ["NatsServer", "RedisServer", "free_port"]
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under scripts/test-compiled, stop unless the mypyc-compiled modules are what is loaded."""
+    if os.environ.get("CCB_EXPECT_COMPILED") != "1":
+        return
+    import importlib
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    hooks = tomllib.loads(pyproject.read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    for path in hooks["hooks"]["mypyc"]["include"]:
+        name = path.lstrip("/").removeprefix("src/").removesuffix(".py").replace("/", ".")
+        where = importlib.import_module(name).__file__ or ""
+        if not where.endswith(".so") or not where.startswith(sys.prefix):
+            pytest.exit(f"CCB_EXPECT_COMPILED=1 but {name} is {where}", returncode=3)
+
+
 def _require_redis() -> None:
     if shutil.which("redis-server") is None:
         if os.environ.get("CI") == "true":

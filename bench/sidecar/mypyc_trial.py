@@ -1,29 +1,31 @@
-"""The mypyc trial of issue 13: what compiling the sidecar's hot modules saves per request.
+"""The opt-in compiled build (mypyc) against the interpreted sidecar, per request.
 
     .venv/bin/python -m bench.sidecar.mypyc_trial                # build, count instructions
     .venv/bin/python -m bench.sidecar.mypyc_trial --wrk 5        # and CPU per request under wrk
-    .venv/bin/python -m bench.sidecar.mypyc_trial --keep DIR     # keep the compiled copy in DIR
+    .venv/bin/python -m bench.sidecar.mypyc_trial --keep DIR     # keep the compiled tree in DIR
 
-A copy of this checkout's src/ has the modules below compiled in place by mypyc (the .so next
-to each .py, which Python imports first). The instructions bench then serves from this checkout
-and from the copy in one run. Nothing compiled is written into the checkout. To run the tests
-on the copy: `PYTHONPATH=DIR/src CI=true .venv/bin/python -m pytest -q tests/sidecar`.
+The wheel is built the way users build it (HATCH_BUILD_HOOK_ENABLE_MYPYC=1, the modules named
+in pyproject.toml's mypyc hook), from a copy of this checkout, and unpacked into DIR/src (the
+.so next to each .py, which Python imports first). The instructions bench then serves from
+this checkout and from DIR/src in one run. Nothing compiled is written into the checkout. To
+run the tests on the compiled build, use scripts/test-compiled.
 
-First run (2026-11-30, c96e6a6, n=2000): 151,687 instructions per request interpreted, 91,941
-with the modules below compiled; tests/sidecar and tests/cascade pass on the compiled copy,
-tests/core has 3 failures (wrong-typed settings raise TypeError at a compiled boundary, not the
-ValueError naming the setting; an unpickled CircuitOpenError hits a frozen compiled dataclass).
+First run, as a trial (2026-11-30, c96e6a6, n=2000): 151,687 instructions per request
+interpreted, 91,941 with 32 modules compiled. Shipped opt-in since: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
+import zipfile
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
@@ -33,59 +35,47 @@ from bench.sidecar import instructions, procs, wrk
 
 HERE = Path(__file__).resolve().parents[2]
 
-# The request path: parsing, framing, the pipeline, pool, cascade hop, breaker machine.
-COMPILED = [
-    *(f"sidecar/http/{m}" for m in ("connection", "exchange", "framing", "limits", "reader")),
-    "sidecar/http/wire",
-    *(f"sidecar/proxy/{m}" for m in ("call", "hooks", "pipeline", "routes", "runtime", "stats")),
-    *(f"sidecar/proxy/{m}" for m in ("exchange", "endpoint_breakers", "endpoint_hint")),
-    # ProxyExchange's base: a compiled class over an interpreted one may not have __slots__.
-    "sidecar/proxy/replies",
-    *(f"sidecar/upstream/{m}" for m in ("pool", "connection", "client")),
-    "sidecar/mesh/hook",
-    "sidecar/mesh/hop_memo",
-    *(f"cascade/{m}" for m in ("learning", "availability", "trace", "endpoints")),
-    "permit",
-    *(f"core/{m}" for m in ("classify", "config", "machine", "probes", "state", "windows")),
-]
-# Left interpreted: breaker (a compiled class takes no weak references, and every breaker is
-# in a WeakSet), core/policies (mypyc rejects `reason = Reason.X` over the base's `reason: str`;
-# with that annotated, its frozen slotted dataclasses fail at import: "attribute '__dict__' of
-# 'type' objects is not writable"), sidecar/upstream/model (compiled, the exceptions' class
-# attributes `kind` did not reach subclasses: AttributeError, and the client never answered).
 
-# Edits the copy needs: a method alias in a class body becomes an (unset) attribute of a
-# compiled class, so httptools found no on_message_complete and no request ever ended. The
-# base class's on_message_complete calls _request_complete anyway.
-PATCHES = [
-    (
-        "sidecar/http/connection",
-        "    on_message_complete = _request_complete\n",
-        "",
-    ),
-]
+def compiled_modules() -> list[str]:
+    """The source files the mypyc hook compiles (pyproject.toml is the one list)."""
+    config = tomllib.loads((HERE / "pyproject.toml").read_text())
+    hook = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]
+    return [str(pattern).lstrip("/") for pattern in hook["include"]]
 
 
 def build(dest: Path) -> Path:
-    """Copy src/ into `dest` and compile COMPILED there in place; the copy's src/ path."""
-    src = dest / "src"
-    shutil.copytree(HERE / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    for module, old, new in PATCHES:
-        path = src / f"cascadebreaker/{module}.py"
-        text = path.read_text()
-        if old not in text:
-            raise RuntimeError(f"{module}: the code to patch is gone ({old.strip()!r})")
-        path.write_text(text.replace(old, new))
-    mypyc = Path(sys.executable).parent / "mypyc"
-    files = [f"cascadebreaker/{m}.py" for m in COMPILED]
+    """Build the compiled wheel from a copy of this checkout and unpack it; its tree's path."""
+    project = dest / "project"
+    for name in ("pyproject.toml", "README.md"):
+        project.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(HERE / name, project / name)
+    shutil.copytree(
+        HERE / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+    )
     started = time.monotonic()
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist")]
     done = subprocess.run(
-        [str(mypyc), *files], cwd=src, capture_output=True, text=True, check=False
+        [*pip, str(project)],
+        env={**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"mypyc failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    print(f"compiled {len(files)} modules in {time.monotonic() - started:.0f} s", flush=True)
-    return src
+        raise RuntimeError(
+            f"the compiled build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    (wheel,) = (dest / "dist").glob("cascadebreaker-*.whl")
+    tree = dest / "src"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tree)
+    sources = [tree / m.removeprefix("src/") for m in compiled_modules()]
+    missing = [str(p) for p in sources if not list(p.parent.glob(f"{p.stem}.*.so"))]
+    if missing:
+        raise RuntimeError(f"{wheel.name} lacks the compiled {missing}")
+    took = time.monotonic() - started
+    print(f"built {wheel.name}: {len(compiled_modules())} modules in {took:.0f} s", flush=True)
+    return tree
 
 
 def under_wrk(
