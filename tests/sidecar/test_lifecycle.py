@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -270,3 +271,49 @@ def test_client_that_stops_reading_is_cut_loose(sidecar_factory: Any, upstream: 
             assert time.monotonic() < deadline, "the stuck client held its upstream for ever"
             time.sleep(0.05)
     assert httpx.get(sidecar.url("outbound") + "/payment/x", timeout=10).status_code == 200
+
+
+_SLOW_START = """
+import asyncio, json, sys
+from cascadebreaker.sidecar import serve as serving
+from cascadebreaker.sidecar.schema import parse_config
+from cascadebreaker.sidecar.server import SidecarServer
+
+class SlowStart(SidecarServer):
+    async def start(self) -> None:
+        print("starting", flush=True)
+        await asyncio.sleep(float(sys.argv[2]))  # a slow store, TLS files, a big route table
+        await super().start()
+
+import cascadebreaker.sidecar.server as server_module
+server_module.SidecarServer = SlowStart  # serve() looks it up when it runs
+sys.exit(serving.serve(parse_config(json.loads(sys.argv[1]))))
+"""
+
+
+def test_sigterm_while_starting_drains_then_exits_0() -> None:
+    """Regression: the stop handlers were installed only once every listener was up, so a
+    SIGTERM during start-up (a rollout that changes its mind, a supervisor's timeout) killed the
+    process by the signal's default action (-15), with listeners already accepting."""
+    config = {
+        "service": "a",
+        "listen": {"inbound": None, "outbound": "127.0.0.1:0", "admin": "127.0.0.1:0"},
+        "upstreams": {"u": {"url": "http://127.0.0.1:1"}},
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_START, json.dumps(config), "1.0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "starting"
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "draining" in err

@@ -58,10 +58,17 @@ def _ignore_stop_signals() -> None:
     the teardown. Closing the loop would put back the default action, which dies by the
     signal; taking the handlers off here first leaves the loop nothing to put back."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.SIG_IGN)
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    # Blocked while swapping: removing the loop's handler puts back the default action for a
+    # moment, and a signal landing then would kill us. Pending ones are dropped once ignored.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    try:
+        for sig in stop_signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
 
 def _run(coro: Any) -> None:

@@ -257,13 +257,15 @@ class SidecarServer:
         fd_limit = raise_fd_limit()
         cap = client_connection_cap(self.config.limits.max_connections, fd_limit)
         self.tracker.max_connections = cap
-        await self.start()
+        # Handlers first: a SIGTERM while listeners come up drains once they are up, instead
+        # of killing a process that already accepts connections.
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, self.reload)
+        await self.start()
         await self._stopping.wait()
         log.info("sidecar %s: draining", self.config.service)
         await self.stop()
