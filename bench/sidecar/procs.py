@@ -143,10 +143,12 @@ def _give_up(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=5)
 
 
-def _spawn(name: str, argv: list[str], workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def _spawn(
+    name: str, argv: list[str], workdir: Path, env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env)
     return process, log
 
 
@@ -267,21 +269,33 @@ def ccb_command() -> list[str]:
     ]
 
 
-def start_sidecar(workdir: Path, name: str, config: Mapping[str, object], probe: str) -> Proc:
-    """`ccb sidecar --config FILE`; ready once `GET probe` through its first listener is 200."""
+def start_sidecar(
+    workdir: Path, name: str, config: Mapping[str, object], probe: str, tree: Path | None = None
+) -> Proc:
+    """`ccb sidecar --config FILE`; ready once `GET probe` through its first listener is 200.
+
+    `tree`: import cascadebreaker from there (an unpacked compiled wheel) instead of the venv;
+    the serving process (exec'd, same environment) is checked to have loaded its .so files."""
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(dict(config)))
-    process, log = _spawn(name, [*ccb_command(), "sidecar", "--config", str(path)], workdir)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    argv = [*ccb_command(), "sidecar", "--config", str(path)]
+    process, log = _spawn(name, argv, workdir, env)
     listen = config["listen"]
     assert isinstance(listen, dict)
     ports = {k: int(str(v).rsplit(":", 1)[1]) for k, v in listen.items() if v}
     main = ports.get("outbound") or ports["inbound"]
     proc = Proc(name, process, main, log, ports)
     wait_http(main, probe, process, name, log)
+    if tree is not None and str(tree) not in Path(f"/proc/{process.pid}/maps").read_text():
+        proc.stop()
+        raise BenchSetupError(f"{name}: serving without the compiled modules of {tree}")
     return proc
 
 
-def start_client_sidecar(workdir: Path, upstream_url: str, name: str) -> Proc:
+def start_client_sidecar(
+    workdir: Path, upstream_url: str, name: str, tree: Path | None = None
+) -> Proc:
     """A sidecar whose upstream `payment` is `upstream_url` (the app calls its outbound port)."""
     config = {
         "service": "checkout",
@@ -296,10 +310,12 @@ def start_client_sidecar(workdir: Path, upstream_url: str, name: str) -> Proc:
         },
         "log_level": "warning",
     }
-    return start_sidecar(workdir, name, config, "/payment/")
+    return start_sidecar(workdir, name, config, "/payment/", tree)
 
 
-def start_server_sidecar(workdir: Path, app_port: int) -> Proc:
+def start_server_sidecar(
+    workdir: Path, app_port: int, name: str = "sidecar-server", tree: Path | None = None
+) -> Proc:
     """The upstream service's sidecar: its inbound listener forwards to the app (nginx)."""
     config = {
         "service": "payment",
@@ -312,7 +328,7 @@ def start_server_sidecar(workdir: Path, app_port: int) -> Proc:
         },
         "log_level": "warning",
     }
-    return start_sidecar(workdir, "sidecar-server", config, "/")
+    return start_sidecar(workdir, name, config, "/", tree)
 
 
 IMPORT_PROBES = {

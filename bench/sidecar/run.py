@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench sidecar             # full run (~11 min), writes docs/benchmarks.md
     .venv/bin/python -m bench sidecar --quick     # one short round, prints only (or run.py)
+    .venv/bin/python -m bench sidecar --compiled  # also the opt-in mypyc build, side by side
 
 Exit status 1 when the py-spy profile could not be recorded (the tables say why in its place).
 
@@ -42,6 +43,7 @@ from bench.sidecar.loadgen import LoadResult, grpc_calls, paced_http
 from bench.sidecar.procs import Proc
 from bench.sidecar.profile import Profile, ProfileError, profile_outbound
 from bench.sidecar.report import (
+    COMPILED,
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
     RELAY_FLOOR,
@@ -120,9 +122,13 @@ def _grpc(port: int, connections: int, seconds: float) -> LoadResult:
     return _on_loop(grpc_calls(f"127.0.0.1:{port}", "payment", connections, seconds))
 
 
-def start_processes(workdir: Path, started: dict[str, Proc], notes: list[str]) -> list[Scenario]:
+def start_processes(
+    workdir: Path, started: dict[str, Proc], notes: list[str], compiled: Path | None = None
+) -> list[Scenario]:
     """Start the upstream, the peers and the sidecars into `started` (filled as they come up,
-    so the caller stops every one even when a later one fails); return the scenarios."""
+    so the caller stops every one even when a later one fails); return the scenarios.
+
+    `compiled`: an unpacked mypyc wheel; its sidecar and pair are measured beside the others."""
     up = started["upstream"] = procs.start_upstream(workdir)
     upstream_url = f"http://127.0.0.1:{up.port}"
     out = started["sidecar"] = procs.start_client_sidecar(workdir, upstream_url, "sidecar")
@@ -142,6 +148,20 @@ def start_processes(workdir: Path, started: dict[str, Proc], notes: list[str]) -
         Scenario("nginx proxy", 1, nginx.port, "/", [nginx]),
         Scenario("nginx pair", 2, nginx_front.port, "/", [nginx_front, nginx]),
     ]
+    if compiled is not None:
+        c_out = started["sidecar-compiled"] = procs.start_client_sidecar(
+            workdir, upstream_url, "sidecar-compiled", compiled
+        )
+        c_server = started["sidecar-server-compiled"] = procs.start_server_sidecar(
+            workdir, up.port, "sidecar-server-compiled", compiled
+        )
+        c_pair = started["sidecar-client-compiled"] = procs.start_client_sidecar(
+            workdir, f"http://127.0.0.1:{c_server.port}", "sidecar-client-compiled", compiled
+        )
+        scenarios += [
+            Scenario("sidecar (outbound)" + COMPILED, 1, c_out.port, "/payment/", [c_out]),
+            Scenario("sidecar pair" + COMPILED, 2, c_pair.port, "/payment/", [c_pair, c_server]),
+        ]
     # The floors of any Python proxy on uvloop, measured like the sidecar (floor_proxies.py).
     relay = started["relay-floor"] = procs.start_floor_proxy(
         workdir, "relay", up.port, "relay-floor"
@@ -298,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     parser.add_argument(
+        "--compiled",
+        action="store_true",
+        help="also build the opt-in mypyc wheel (needs a C compiler, ~2 min) and measure it",
+    )
+    parser.add_argument(
         "--idle",
         choices=("both", "halting", "polling"),
         default="both",
@@ -326,7 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     modes = ["halting", "polling"] if args.idle == "both" else [args.idle]
     reports: dict[str, Report] = {}
     try:
-        scenarios = start_processes(workdir, started, notes)
+        compiled = None
+        if args.compiled:
+            from bench.sidecar.mypyc_trial import build
+
+            try:
+                compiled = build(workdir / "compiled")
+            except RuntimeError as exc:  # no compiler, or mypyc refused the code
+                raise procs.BenchSetupError(f"--compiled: {exc}") from exc
+        scenarios = start_processes(workdir, started, notes, compiled)
         for mode in modes:
             print(f"CPU idle: {mode}", flush=True)
             with polling_idle(mode == "polling") as polling:
