@@ -40,7 +40,7 @@ from cascadebreaker.sidecar.grpc.messages import (
     BadArgument,
     cause_chain_to_proto,
     circuit_state,
-    headers_to_proto,
+    encode_call_response,
     rejection_to_proto,
     retry_after_ms,
     update_to_proto,
@@ -48,9 +48,9 @@ from cascadebreaker.sidecar.grpc.messages import (
     validate_endpoint,
 )
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc as pb_grpc
 from cascadebreaker.sidecar.grpc.status import STATUS_DETAILS_METADATA, rejection_status
 from cascadebreaker.sidecar.grpc.tls import installed_tls
+from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import RouteResolver
 from cascadebreaker.sidecar.proxy.ports import (
@@ -62,17 +62,21 @@ from cascadebreaker.sidecar.proxy.ports import (
     no_updates,
 )
 from cascadebreaker.sidecar.proxy.routes import Route
+from cascadebreaker.sidecar.upstream.client import RawResponse
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse, UpstreamTimeout
 
 __all__ = [
     "CallRuntime",
     "GrpcServer",
     "SidecarService",
+    "add_servicer",
     "start",
     "start_grpc_server",
 ]
 
 log = logging.getLogger("cascadebreaker.sidecar.grpc")
+_SERVING_ENDPOINT = SERVING_ENDPOINT_HEADER.encode()
+_SERVICE = pb.DESCRIPTOR.services_by_name["Sidecar"].full_name  # ccb.v1.Sidecar
 
 
 class CallRuntime(Protocol):
@@ -101,6 +105,18 @@ class CallRuntime(Protocol):
         """One REST call through the pipeline (hooks, breaker, pool, retries)."""
         ...
 
+    async def call_raw(
+        self,
+        upstream: str,
+        method: bytes,
+        path: bytes,
+        headers: RawHeaders,
+        body: bytes,
+        timeout: float | None,  # noqa: ASYNC109 - per read, as in the HTTP path
+    ) -> RawResponse:
+        """`call` as the wire has it: end-to-end headers in bytes, the response's left raw."""
+        ...
+
 
 class SidecarService:
     """The ccb.v1.Sidecar servicer (registered by `start_grpc_server`)."""
@@ -127,25 +143,30 @@ class SidecarService:
         """Given here, else `runtime.update_source` when the cascade set it, else silence."""
         return self._update_source or self.runtime.update_source or no_updates
 
-    async def Call(self, request: Any, context: Any) -> Any:
-        """One REST call to an upstream through the sidecar."""
+    async def Call(self, request: Any, context: Any) -> bytes:
+        """One REST call to an upstream through the sidecar; the reply leaves serialized
+        (`encode_call_response`: no message object per header)."""
         try:
             method, headers = validate_call(request)
         except BadArgument as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         upstream = request.upstream
-        route = self.runtime.routes.get(upstream)
+        runtime = self.runtime
+        route = runtime.routes.get(upstream)
         if route is None:
             await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
         if request.serving_endpoint:
             # The header names the service too (`checkout POST /v1/orders`); the field does not.
-            serving = f"{self.runtime.service} {request.serving_endpoint}"
-            headers.append((SERVING_ENDPOINT_HEADER, serving))
+            serving = f"{runtime.service} {request.serving_endpoint}"
+            headers.append((_SERVING_ENDPOINT, serving.encode("latin-1")))
+        if headers:
+            # Hooks see what the HTTP path shows them: end-to-end headers only.
+            headers = forwardable(headers, True)
         try:
-            response = await self.runtime.call(
+            response = await runtime.call_raw(
                 upstream,
                 method,
-                request.path,
+                request.path.encode(),
                 headers,
                 request.body,
                 _timeout(route, request.timeout_ms, context.time_remaining()),
@@ -180,11 +201,7 @@ class SidecarService:
                 str(exc),
                 trailing_metadata=((UPSTREAM_ERROR_METADATA, exc.kind),),
             )
-        return pb.CallResponse(
-            status=response.status,
-            headers=headers_to_proto(response.headers),
-            body=response.body,
-        )
+        return encode_call_response(response.status, response.headers, response.body)
 
     async def Check(self, request: Any, context: Any) -> Any:
         """Whether an upstream, or one endpoint of it, may be called now."""
@@ -261,6 +278,30 @@ class SidecarService:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, str(ended))
 
 
+def add_servicer(service: SidecarService, server: Any) -> None:
+    """Register the servicer as the generated `add_SidecarServicer_to_server` does, except that
+    `Call` answers serialized bytes (sent as they are: no serializer)."""
+    handlers = {
+        "Call": grpc.unary_unary_rpc_method_handler(
+            service.Call,
+            request_deserializer=pb.CallRequest.FromString,
+            response_serializer=None,
+        ),
+        "Check": grpc.unary_unary_rpc_method_handler(
+            service.Check,
+            request_deserializer=pb.CheckRequest.FromString,
+            response_serializer=pb.CheckResponse.SerializeToString,
+        ),
+        "Watch": grpc.unary_stream_rpc_method_handler(
+            service.Watch,
+            request_deserializer=pb.WatchRequest.FromString,
+            response_serializer=pb.AvailabilityUpdate.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+    server.add_registered_method_handlers(_SERVICE, handlers)
+
+
 async def _abort(
     context: Any, code: Any, details: str, trailing_metadata: tuple[tuple[str, Any], ...] = ()
 ) -> NoReturn:
@@ -313,7 +354,7 @@ async def start(
     # SO_REUSEPORT is on by default in gRPC: a second sidecar would share the port silently.
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
     service = SidecarService(runtime, availability, update_source)
-    pb_grpc.add_SidecarServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    add_servicer(service, server)
     host = f"[{address.host}]" if ":" in address.host else address.host
     tls = installed_tls(runtime)  # a `GrpcTls` when `grpc_tls:` is configured
     try:

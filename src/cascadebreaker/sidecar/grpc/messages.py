@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.updates import AvailabilityUpdate, Cause, CauseChain
@@ -24,6 +24,9 @@ from cascadebreaker.contract import (
 )
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 
+if TYPE_CHECKING:  # the gRPC client imports this module: it loads nothing of the proxy
+    from cascadebreaker.sidecar.http.wire import RawHeaders
+
 __all__ = [
     "FOREVER_MS",
     "REJECTION_METADATA",
@@ -31,6 +34,7 @@ __all__ = [
     "BadArgument",
     "cause_chain_to_proto",
     "circuit_state",
+    "encode_call_response",
     "headers_to_proto",
     "rejection_to_proto",
     "retry_after_ms",
@@ -55,6 +59,12 @@ _BAD_VALUE = re.compile(r"[\x00\r\n]")
 _BAD_PATH = re.compile(r"[\x00-\x20\x7f]")
 _MAX_PATH = 8192
 _MAX_HEADERS = 100
+# Methods as most calls spell them, already as bytes (no regex, no encoding per call).
+_COMMON_METHODS = {
+    spelling: name.encode()
+    for name in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+    for spelling in (name, name.lower())
+}
 _STATES: dict[State, pb.CircuitState] = {
     State.CLOSED: pb.CIRCUIT_STATE_CLOSED,
     State.OPEN: pb.CIRCUIT_STATE_OPEN,
@@ -66,28 +76,46 @@ class BadArgument(ValueError):
     """A request field is malformed; the message names the field (INVALID_ARGUMENT)."""
 
 
-def validate_call(request: Any) -> tuple[str, list[tuple[str, str]]]:
-    """Check a CallRequest; return its method (default GET) and headers as pairs."""
+def validate_call(request: Any) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """Check a CallRequest; return its method (default GET, upper-cased) and headers as the
+    wire has them (latin-1 bytes)."""
     if not request.upstream:
         raise BadArgument("upstream: required")
-    method = request.method or "GET"
-    if not _METHOD.match(method):
+    method = request.method
+    if not method:
+        method_b = b"GET"
+    elif method in _COMMON_METHODS:
+        method_b = _COMMON_METHODS[method]
+    elif _METHOD.match(method):
+        method_b = method.upper().encode("ascii")
+    else:
         raise BadArgument(f"method: {method!r} is not an HTTP method")
     path = request.path
     if not path.startswith("/") or len(path) > _MAX_PATH or _BAD_PATH.search(path):
         raise BadArgument("path: must start with '/' and hold no spaces or control characters")
-    if len(request.headers) > _MAX_HEADERS:
-        raise BadArgument(f"headers: at most {_MAX_HEADERS}")
-    headers: list[tuple[str, str]] = []
-    for header in request.headers:
-        if not _TOKEN.match(header.name):
-            raise BadArgument(f"headers: {header.name!r} is not a header name")
-        if _BAD_VALUE.search(header.value) or not _latin1(header.value):
-            raise BadArgument(f"headers: the value of {header.name!r} is not a header value")
-        headers.append((header.name, header.value))
+    headers: list[tuple[bytes, bytes]] = []
+    given = request.headers
+    if given:
+        if len(given) > _MAX_HEADERS:
+            raise BadArgument(f"headers: at most {_MAX_HEADERS}")
+        for header in given:
+            name, value = header.name, header.value
+            if not _TOKEN.match(name):
+                raise BadArgument(f"headers: {name!r} is not a header name")
+            if _BAD_VALUE.search(value) or not (value.isascii() or _latin1(value)):
+                raise BadArgument(f"headers: the value of {name!r} is not a header value")
+            headers.append((name.encode("ascii"), value.encode("latin-1")))
     if request.serving_endpoint:
         validate_endpoint(request.serving_endpoint, "serving_endpoint")
-    return method.upper(), headers
+    return method_b, headers
+
+
+def _latin1(value: str) -> bool:
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def validate_endpoint(text: str, field: str = "endpoint") -> tuple[str, str]:
@@ -109,14 +137,6 @@ def _wire_endpoint(service: str, text: str) -> Endpoint:
         return Endpoint(service, method, route)
     except ValueError as exc:
         raise BadArgument(f"endpoint: {exc}") from exc
-
-
-def _latin1(value: str) -> bool:
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def circuit_state(state: Any) -> pb.CircuitState:
@@ -223,3 +243,48 @@ def update_from_proto(message: Any) -> AvailabilityUpdate:
 def headers_to_proto(headers: Iterable[tuple[str, str]]) -> list[Any]:
     """Header pairs as `Header` messages, order and duplicates kept."""
     return [pb.Header(name=name, value=value) for name, value in headers]
+
+
+def encode_call_response(status: int, headers: RawHeaders, body: bytes) -> bytes:
+    """A `CallResponse` serialized, straight from the upstream's raw response.
+
+    What `CallResponse(status, headers=[Header(name.lower(), value)], body)` serializes to,
+    byte for byte (tests/sidecar_grpc/test_messages.py), without building a message object
+    per header: names lower-cased, latin-1 text as UTF-8, fields in number order, defaults
+    (0, empty) left out.
+    """
+    parts = [b"\x08%c" % status if status < 128 else b"\x08" + _varint(status)] if status else []
+    for name, value in headers:
+        name = name.lower() if name.isascii() else name.decode("latin-1").lower().encode()
+        if not value.isascii():
+            value = value.decode("latin-1").encode()
+        size_name, size_value = len(name), len(value)
+        if size_name + size_value < 124 and size_name and size_value:  # the common case
+            parts.append(
+                b"\x12%c\x0a%c%s\x12%c%s"
+                % (size_name + size_value + 4, size_name, name, size_value, value)
+            )
+        else:
+            header = _field(0x0A, name) + _field(0x12, value)
+            parts.append(b"\x12" + _varint(len(header)) + header)
+    if body:
+        parts.append(b"\x1a" + _varint(len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+def _field(tag: int, data: bytes) -> bytes:
+    """A length-delimited field; nothing for empty data (proto3 leaves defaults out)."""
+    return bytes((tag,)) + _varint(len(data)) + data if data else b""
+
+
+def _varint(number: int) -> bytes:
+    """A protobuf base-128 varint (non-negative numbers)."""
+    if number < 128:
+        return bytes((number,))
+    out = bytearray()
+    while number >= 128:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)

@@ -1,29 +1,182 @@
 """The async driver of the call pipeline: one call made from code, the whole response buffered.
 
-`SidecarRuntime.call` (and through it the gRPC `Call`) runs here. The pipeline decides, as for
-the HTTP exchange: hooks and reroute, admission, classification, replay of a stale keep-alive
-connection, retries within the budget, stats; this loop only awaits what it asks for.
+`SidecarRuntime.call` and the gRPC `Call` (through `SidecarRuntime.call_raw`) run here. The
+pipeline decides, as for the HTTP exchange: hooks and reroute, admission, classification,
+replay of a stale keep-alive connection, retries within the budget, stats; this loop only
+awaits what it asks for.
+
+One coroutine and one object per call: the call's state is also the sink its response
+arrives in (`AwaitedCall`), as the HTTP exchange is both; the connection is used directly, no
+client layer in between (each awaited layer costs every resumption a frame).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from cascadebreaker.sidecar.http.framing import whole_body_framing
-from cascadebreaker.sidecar.http.wire import forwardable, request_head
+from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import Direction
-from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, AdmitLater, Call
-from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse, fetch_raw
+from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, FAIL, REPLAY, AdmitLater
+from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
+    from cascadebreaker import Permit
+    from cascadebreaker.sidecar.proxy.hooks import RequestInfo
+    from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
-__all__ = ["call_upstream"]
+__all__ = ["AwaitedCall", "call_raw", "call_upstream"]
 
 CLIENT = "grpc"  # what hooks see as the client of a call made from code
+
+
+class AwaitedCall:
+    """One call of the async driver: its state for the pipeline (`pipeline.CallState`) and the
+    `ResponseSink` its response is collected in, whole, into `future`."""
+
+    __slots__ = (*CALL_SLOTS, "body", "chunks", "future", "response_headers", "status")
+
+    def __init__(self, route: Route, method: bytes, path: bytes, headers: RawHeaders) -> None:
+        self.direction = Direction.OUTBOUND
+        self.route = route
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.client = CLIENT
+        self.has_body = False
+        self.resendable = True  # the body is held whole: it can be sent again
+        self.info: RequestInfo | None = None
+        self.permit: Permit | None = None
+        self.attempt = 0
+        self.turn = 0
+        self.started_at = 0.0
+        self.closed = False
+        self.future: asyncio.Future[None] | None = None
+        self.status = 0
+        self.response_headers: RawHeaders = []
+        self.chunks: list[bytes] = []
+        self.body = b""
+
+    # -- ResponseSink (one exchange at a time; `future` is fresh for each) -------------------
+    def response_head(
+        self,
+        status: int,
+        reason: bytes,
+        headers: RawHeaders,
+        chunked: bool,
+        content_length: int | None,
+    ) -> None:
+        """Keep the head."""
+        self.status = status
+        self.response_headers = headers
+
+    def response_body(self, data: bytes) -> None:
+        """Keep a piece of the body."""
+        self.chunks.append(data)
+
+    def response_end(self) -> None:
+        """The response is whole: wake the driver."""
+        future = self.future
+        if future is not None and not future.done():
+            chunks = self.chunks
+            self.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            future.set_result(None)
+
+    def response_failed(self, error: UpstreamError) -> None:
+        """The exchange failed: the driver gets the error."""
+        future = self.future
+        if future is not None and not future.done():
+            future.set_exception(error)
+
+    def upstream_writable(self, writable: bool) -> None:
+        """The whole body is written at once: nothing to pause."""
+
+
+async def call_raw(
+    runtime: SidecarRuntime,
+    upstream: str,
+    method: bytes,
+    path: bytes,
+    headers: RawHeaders,
+    body: bytes = b"",
+    timeout: float | None = None,  # noqa: ASYNC109 - per read, as in the HTTP path
+) -> RawResponse:
+    """One call through the pipeline, given as the wire has it: `headers` end-to-end only
+    (`forwardable`); the response's headers raw too, as hooks left them."""
+    route = runtime.routes.get(upstream)
+    if route is None:
+        raise UnknownUpstream(upstream)
+    call = AwaitedCall(route, method, path, headers)
+    if body:
+        call.has_body = True
+    pipeline = runtime.pipeline
+    loop = pipeline.loop
+    head_request = method == b"HEAD"
+    verdict = pipeline.start(call)
+    while True:
+        if isinstance(verdict, AdmitLater):
+            verdict = await pipeline.admit_later(call)
+        if verdict is not None:
+            raise CallRejected(call.route.name, verdict)
+        try:
+            # `Route.pool_for` and the request head, inlined: they run once per attempt.
+            route = call.route
+            pools = route.pools
+            pool = pools[0] if len(pools) == 1 else pools[(call.turn + call.attempt) % len(pools)]
+            conn = pool.acquire_nowait() or await pool.connect()
+            target = pool.target
+            sent = call.headers
+            info = call.info
+            if info is not None and info.add_headers:
+                sent = [*sent, *info.add_headers]
+            head = request_head(
+                method,
+                target.base_path + (path or b"/"),
+                target.authority,
+                sent,
+                whole_body_framing(method, len(body)),
+            )
+            future = call.future = loop.create_future()
+            call.chunks = []
+            conn.send(
+                head,
+                call,
+                timeout if timeout is not None else route.timeout,
+                head_request,
+                body,
+            )
+            try:
+                await future
+            except asyncio.CancelledError:
+                conn.abort()  # its exchange cannot be finished
+                raise
+        except UpstreamError as error:
+            action = pipeline.failed(call, error)
+            if action == FAIL:
+                raise
+            verdict = None if action == REPLAY else pipeline.retry(call)
+            continue
+        except BaseException:
+            pipeline.cancelled(call)
+            raise
+        status = call.status
+        response_headers = call.response_headers
+        # Hooks see (and may edit) the raw headers, as on the HTTP path.
+        if pipeline.response(call, status, response_headers):
+            verdict = pipeline.retry(call)
+            continue
+        pipeline.finish(call)
+        info = call.info
+        return RawResponse(
+            status,
+            response_headers if info is None else info.response_headers,
+            call.body,
+        )
 
 
 async def call_upstream(
@@ -36,67 +189,18 @@ async def call_upstream(
     timeout: float | None = None,  # noqa: ASYNC109 - per read, as in the HTTP path
 ) -> UpstreamResponse:
     """One call through the pipeline (see `SidecarRuntime.call`)."""
-    route = runtime.routes.get(upstream)
-    if route is None:
+    if upstream not in runtime.routes:
         raise UnknownUpstream(upstream)
     items = headers.items() if isinstance(headers, Mapping) else headers
     raw = [(n.encode("latin-1"), v.encode("latin-1")) for n, v in items]
-    method_b = method.upper().encode("ascii")
     # Hooks see what the HTTP path shows them: end-to-end headers only.
-    call = Call(
-        Direction.OUTBOUND,
-        route,
-        method_b,
+    response = await call_raw(
+        runtime,
+        upstream,
+        method.upper().encode("ascii"),
         path.encode(),
         forwardable(raw, True),
-        CLIENT,
-        bool(body),
-        True,  # the body is held whole: it can be sent again
+        body,
+        timeout,
     )
-    pipeline = runtime.pipeline
-    verdict = pipeline.start(call)
-    while True:
-        if isinstance(verdict, AdmitLater):
-            verdict = await pipeline.admit_later(call)
-        if verdict is not None:
-            raise CallRejected(call.route.name, verdict)
-        try:
-            response = await _send(call, body, timeout)
-        except UpstreamError as error:
-            action = pipeline.failed(call, error)
-            if action == FAIL:
-                raise
-            verdict = None if action == REPLAY else pipeline.retry(call)
-            continue
-        except BaseException:
-            pipeline.cancelled(call)
-            raise
-        # Hooks see (and may edit) the raw headers, as on the HTTP path; decoded once, after.
-        if pipeline.response(call, response.status, response.headers):
-            verdict = pipeline.retry(call)
-            continue
-        pipeline.finish(call)
-        info = call.info
-        return RawResponse(
-            response.status,
-            response.headers if info is None else info.response_headers,
-            response.body,
-        ).decoded()
-
-
-async def _send(call: Call, body: bytes, read_timeout: float | None) -> RawResponse:
-    route = call.route
-    pool = route.pool_for(call.turn, call.attempt)
-    target = pool.target
-    headers = call.headers
-    if call.info is not None and call.info.add_headers:
-        headers = [*headers, *call.info.add_headers]
-    head = request_head(
-        call.method,
-        target.base_path + (call.path or b"/"),
-        target.authority,
-        headers,
-        whole_body_framing(call.method, len(body)),
-    )
-    wait = read_timeout if read_timeout is not None else route.timeout
-    return await fetch_raw(pool, head, body, wait, call.method == b"HEAD")
+    return response.decoded()  # decoded once, after the hooks

@@ -13,7 +13,8 @@ from typing import Any
 from cascadebreaker import CircuitBreaker, MemoryStore, State
 from cascadebreaker.contract import CIRCUIT_STATE, RETRY_AFTER, json_seconds
 from cascadebreaker.sidecar.config import QuorumConfig, SidecarConfig, UpstreamConfig
-from cascadebreaker.sidecar.proxy.call import call_upstream
+from cascadebreaker.sidecar.http.wire import RawHeaders
+from cascadebreaker.sidecar.proxy.call import call_raw, call_upstream
 from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
 from cascadebreaker.sidecar.proxy.errors import UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import HookChain, RouteResolver, default_route_resolver
@@ -28,7 +29,7 @@ from cascadebreaker.sidecar.proxy.ports import (
 )
 from cascadebreaker.sidecar.proxy.refusals import loopback_trust
 from cascadebreaker.sidecar.proxy.routes import Route
-from cascadebreaker.sidecar.upstream.client import HeadersArg, UpstreamClient
+from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse, UpstreamClient
 from cascadebreaker.sidecar.upstream.model import UpstreamResponse, UpstreamTarget
 from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 from cascadebreaker.stores.base import Store
@@ -174,6 +175,19 @@ class SidecarRuntime:
         returned, not raised (it is recorded as a failure).
         """
         return await call_upstream(self, upstream, method, path, headers, body, timeout)
+
+    async def call_raw(
+        self,
+        upstream: str,
+        method: bytes,
+        path: bytes,
+        headers: RawHeaders,
+        body: bytes = b"",
+        timeout: float | None = None,  # noqa: ASYNC109 - per read
+    ) -> RawResponse:
+        """`call` as the wire has it (the gRPC `Call` uses it): `headers` end-to-end only
+        (`forwardable`), the response's headers raw, as the hooks left them."""
+        return await call_raw(self, upstream, method, path, headers, body, timeout)
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
