@@ -7,7 +7,7 @@ import asyncio
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from cascadebreaker import CircuitBreaker, MemoryStore, State
@@ -176,18 +176,21 @@ class SidecarRuntime:
         """
         return await call_upstream(self, upstream, method, path, headers, body, timeout)
 
-    async def call_raw(
+    def call_raw(
         self,
         upstream: str,
         method: bytes,
         path: bytes,
         headers: RawHeaders,
         body: bytes = b"",
-        timeout: float | None = None,  # noqa: ASYNC109 - per read
-    ) -> RawResponse:
+        timeout: float | None = None,
+    ) -> Coroutine[Any, Any, RawResponse]:
         """`call` as the wire has it (the gRPC `Call` uses it): `headers` end-to-end only
-        (`forwardable`), the response's headers raw, as the hooks left them."""
-        return await call_raw(self, upstream, method, path, headers, body, timeout)
+        (`forwardable`), the response's headers raw, as the hooks left them.
+
+        A plain method handing out the driver's coroutine: no second coroutine frame for
+        every resumption of the call to pass through."""
+        return call_raw(self, upstream, method, path, headers, body, timeout)
 
     def status(self) -> dict[str, Any]:
         """The /status document."""
