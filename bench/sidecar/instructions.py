@@ -3,6 +3,8 @@
     .venv/bin/python -m bench.sidecar.instructions                  # this checkout, and nginx
     .venv/bin/python -m bench.sidecar.instructions --src OTHER/src --label main --write
                                                     # and another tree, same run, into the docs
+    .venv/bin/python -m bench.sidecar.instructions --grpc [--src OTHER/src --label main] [--write]
+                                                    # per gRPC Call: the sidecar, the empty server
 
 A proxy (the sidecar's outbound listener, or an nginx reverse proxy: the peer) runs under
 `valgrind --tool=callgrind` in front of an nginx upstream that is not counted. A client outside
@@ -12,6 +14,11 @@ difference divided by N is the cost of one request, start-up and shutdown cancel
 floor proxies (bench/sidecar/floor_proxies.py) give the floor of any Python proxy on the same
 event loop: a uvloop byte relay (no HTTP at all) and a minimal httptools proxy (parse both ways,
 no logic); `python -m bench sidecar` runs the same two beside nginx in wall time.
+
+With `--grpc` the same is done for the gRPC `Call`: a grpcio client outside valgrind calls the
+sidecar's gRPC listener (which calls the upstream), and the empty grpc.aio server of
+bench/sidecar/grpc_floor.py (which answers at once): the difference is the sidecar's own work
+per Call, grpc's cost cancelled out.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -38,6 +46,7 @@ from bench.sidecar import procs
 HERE = Path(__file__).resolve().parents[2]
 DOC = HERE / "docs" / "benchmarks.md"
 SECTION = "## Sidecar: instructions per request"
+GRPC_SECTION = "## Sidecar: instructions per gRPC Call"
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 _REQUEST = b"GET /payment/ HTTP/1.1\r\nhost: bench\r\nuser-agent: bench\r\naccept: */*\r\n\r\n"
 
@@ -58,21 +67,51 @@ def _drive(port: int, n: int, request: bytes) -> None:
                 raise RuntimeError(f"unexpected answer {got[:200]!r}")
 
 
-def _wait_ready(port: int, process: subprocess.Popen[bytes], request: bytes) -> None:
+def _drive_grpc(port: int, n: int) -> None:
+    """`n` Sidecar.Call in turn on one channel (a fresh one each time: no state carried)."""
+    import grpc
+
+    from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+    from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = sidecar_pb2_grpc.SidecarStub(channel)  # type: ignore[no-untyped-call]
+        request = pb.CallRequest(upstream="payment", method="GET", path="/")
+        for _ in range(n):
+            try:
+                response = stub.Call(request, timeout=60)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:  # not listening yet
+                    raise OSError(str(exc)) from exc
+                raise
+            if response.status != 200 or response.body != procs.BODY.encode():
+                raise RuntimeError(f"unexpected answer {response!r}")
+
+
+Driver = Callable[[int, int], None]  # (port, n): make n calls
+
+
+def _http_driver(request: bytes) -> Driver:
+    return lambda port, n: _drive(port, n, request)
+
+
+def _wait_ready(port: int, process: subprocess.Popen[bytes], drive: Driver) -> None:
     deadline = time.monotonic() + 300  # start-up under valgrind is slow
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError("the proxy under valgrind exited during start-up")
         try:
-            _drive(port, 1, request)
+            drive(port, 1)
             return
         except OSError:
             time.sleep(0.5)
     raise RuntimeError("the proxy under valgrind did not answer within 300 s")
 
 
-def count(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str]) -> int:
-    """Instructions callgrind counts for the proxy `argv` serving 1 + n requests."""
+def count(argv: list[str], port: int, n: int, request: bytes | Driver, env: dict[str, str]) -> int:
+    """Instructions callgrind counts for the proxy `argv` serving 1 + n requests (HTTP
+    `request`s, or calls a `Driver` makes)."""
+    drive = _http_driver(request) if isinstance(request, bytes) else request
     with tempfile.TemporaryDirectory(prefix="ccb-instr-") as tmp:
         out = Path(tmp) / "valgrind.log"
         with out.open("wb") as log:
@@ -92,8 +131,8 @@ def count(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str
                 cwd=tmp,
             )
         try:
-            _wait_ready(port, process, request)
-            _drive(port, n, request)
+            _wait_ready(port, process, drive)
+            drive(port, n)
         finally:
             process.send_signal(signal.SIGTERM)
             try:
@@ -108,23 +147,28 @@ def count(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str
         return sum(int(c) for c in counts)
 
 
-def per_request(argv: list[str], port: int, n: int, request: bytes, env: dict[str, str]) -> float:
+def per_request(
+    argv: list[str], port: int, n: int, request: bytes | Driver, env: dict[str, str]
+) -> float:
     """Instructions of one proxied request (start-up cancelled by serving n and 2n)."""
     return (count(argv, port, 2 * n, request, env) - count(argv, port, n, request, env)) / n
 
 
 def sidecar_argv(
-    workdir: Path, src: str, upstream: int, port: int, label: str, cascade: bool = True
+    workdir: Path,
+    src: str,
+    upstream: int,
+    port: int,
+    label: str,
+    cascade: bool = True,
+    listener: str = "outbound",
 ) -> list[str]:
-    """`ccb sidecar` from the source tree `src`: an outbound listener only (no gRPC, no admin)."""
+    """`ccb sidecar` from the source tree `src`: one listener (outbound, or grpc), no admin."""
+    listen: dict[str, str | None] = {"outbound": None, "inbound": None, "grpc": None}
+    listen[listener] = f"127.0.0.1:{port}"
     config: dict[str, object] = {
         "service": "checkout",
-        "listen": {
-            "outbound": f"127.0.0.1:{port}",
-            "inbound": None,
-            "grpc": None,
-            "admin": None,
-        },
+        "listen": {**listen, "admin": None},
         "upstreams": {"payment": {"url": f"http://127.0.0.1:{upstream}", "timeout": 30.0}},
         "log_level": "warning",
     }
@@ -156,6 +200,10 @@ def floor_argv(kind: str, upstream: int, port: int) -> list[str]:
     return [sys.executable, str(procs.FLOOR_PROXIES), kind, str(port), str(upstream)]
 
 
+def grpc_floor_argv(port: int) -> list[str]:
+    return [sys.executable, str(HERE / "bench" / "sidecar" / "grpc_floor.py"), str(port)]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print instructions per proxied request for each proxy, and record them if asked."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -164,10 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="record the table in the docs")
     parser.add_argument("-n", type=int, default=2000, help="requests (the run does n and 2n)")
     parser.add_argument("--no-peers", action="store_true", help="only the sidecar tree(s)")
+    parser.add_argument("--grpc", action="store_true", help="per gRPC Call, not per request")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("bench instructions: valgrind is not installed (apt-get install valgrind)")
         return 1
+    if args.grpc:
+        return grpc_main(args)
     workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-instr-"))
     upstream = procs.start_upstream(workdir)
     rows: list[tuple[str, float]] = []
@@ -231,6 +282,66 @@ def main(argv: list[str] | None = None) -> int:
         write_section(DOC, "\n".join(section), SECTION)
         print(f"wrote the '{SECTION}' section of {DOC}")
     return 0
+
+
+def grpc_main(args: argparse.Namespace) -> int:
+    """Instructions per gRPC Call: each sidecar tree, and the empty grpc.aio server."""
+    n = min(args.n, 1000)  # a Call costs the server ~3x a proxied request
+    workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-instr-"))
+    upstream = procs.start_upstream(workdir)
+    rows: list[tuple[str, float]] = []
+    try:
+        trees = [str(HERE / "src"), *args.src]
+        labels = ["sidecar Call (this checkout)", *[f"sidecar Call ({x})" for x in args.label]]
+        labels += [f"sidecar Call ({t})" for t in args.src[len(args.label) :]]
+        for label, tree in zip(labels, trees, strict=True):
+            port = procs.free_port()
+            command = sidecar_argv(
+                workdir, tree, upstream.port, port, f"g{len(rows)}", listener="grpc"
+            )
+            rows.append((label, per_request(command, port, n, _drive_grpc, {})))
+            print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
+        port = procs.free_port()
+        label = "empty grpc.aio server (grpc_floor.py)"
+        rows.append((label, per_request(grpc_floor_argv(port), port, n, _drive_grpc, {})))
+        print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
+    finally:
+        upstream.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    table = render_grpc(rows)
+    print(f"\ninstructions per gRPC Call (callgrind, n={n}):\n")
+    print("\n".join(table))
+    if args.write:
+        from bench.core.report import write_section
+
+        section = [
+            GRPC_SECTION,
+            "",
+            "Instructions one gRPC `Call` costs the server process, counted by callgrind as for",
+            "requests above (n and then 2n calls in turn on one channel from a grpcio client",
+            "outside valgrind; upstream nginx not counted). The empty grpc.aio server",
+            "(bench/sidecar/grpc_floor.py: same generated code, options and event loop, `Call`",
+            "answers at once) is grpc's own cost: the sidecar's row above it is its own work.",
+            "",
+            f"Rerun: `.venv/bin/python -m bench.sidecar.instructions --grpc --src OTHER/src "
+            f"--label NAME --write` (n={n}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",
+            "",
+            *table,
+            "",
+        ]
+        write_section(DOC, "\n".join(section), GRPC_SECTION)
+        print(f"wrote the '{GRPC_SECTION}' section of {DOC}")
+    return 0
+
+
+def render_grpc(rows: list[tuple[str, float]]) -> list[str]:
+    """A markdown table: instructions per Call, and what each adds to the empty server."""
+    floor = rows[-1][1]
+    lines = ["| server | instructions per Call | above the empty server |", "|---|--:|--:|"]
+    for label, value in rows:
+        above = f"{value - floor:+,.0f}" if label != rows[-1][0] else "-"
+        lines.append(f"| {label} | {value:,.0f} | {above} |")
+    return lines
 
 
 def render(rows: list[tuple[str, float]]) -> list[str]:
