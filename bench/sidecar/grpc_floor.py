@@ -1,9 +1,13 @@
 """The floor of the gRPC path: a grpc.aio server whose `Call` answers at once, without I/O.
 
-    python bench/sidecar/grpc_floor.py PORT
+    python bench/sidecar/grpc_floor.py PORT [UPSTREAM_PORT]
 
 Same generated code, same server options and event loop (uvloop when installed) as the sidecar's
 gRPC listener; the difference between this and the sidecar's `Call` is the sidecar's own work.
+
+With UPSTREAM_PORT, `Call` also makes the upstream call the sidecar makes, with nothing else: a
+bare `GET /` on one keep-alive connection, the response read until its fixed body (no parsing,
+no pipeline): what any gRPC-to-HTTP bridge pays for the hop itself.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 
 _BODY = b"hello, world\n"
+_REQUEST = b"GET / HTTP/1.1\r\nhost: bench\r\n\r\n"
 
 
 class EmptySidecar:
@@ -30,11 +35,53 @@ class EmptySidecar:
     Check = Watch = Call
 
 
-async def serve(port: int) -> None:
+class BareUpstream(asyncio.Protocol):
+    """One keep-alive connection to the upstream; a response ends with the fixed body."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.received = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+        if self.received.endswith(_BODY) and self.waiter is not None:
+            self.received = b""
+            self.waiter.set_result(None)
+
+    async def get(self) -> None:
+        """Send `GET /` and wait for the whole response."""
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(_REQUEST)
+        await self.waiter
+
+
+class FetchingSidecar(EmptySidecar):
+    """Answers every Call after a bare upstream GET."""
+
+    def __init__(self, upstream: BareUpstream) -> None:
+        self.upstream = upstream
+
+    async def Call(self, request: Any, context: Any) -> Any:
+        """The fixed response, after the upstream's."""
+        await self.upstream.get()
+        return pb.CallResponse(status=200, body=_BODY)
+
+
+async def serve(port: int, upstream_port: int | None = None) -> None:
     """Serve until killed."""
+    servicer: EmptySidecar = EmptySidecar()
+    if upstream_port is not None:
+        loop = asyncio.get_running_loop()
+        _, upstream = await loop.create_connection(BareUpstream, "127.0.0.1", upstream_port)
+        servicer = FetchingSidecar(upstream)
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
     sidecar_pb2_grpc.add_SidecarServicer_to_server(  # type: ignore[no-untyped-call]
-        EmptySidecar(), server
+        servicer, server
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -42,9 +89,10 @@ async def serve(port: int) -> None:
 
 
 if __name__ == "__main__":
+    arguments = [int(a) for a in sys.argv[1:3]]
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(int(sys.argv[1])))
+        asyncio.run(serve(*arguments))
     else:
-        uvloop.run(serve(int(sys.argv[1])))
+        uvloop.run(serve(*arguments))

@@ -18,7 +18,8 @@ no logic); `python -m bench sidecar` runs the same two beside nginx in wall time
 With `--grpc` the same is done for the gRPC `Call`: a grpcio client outside valgrind calls the
 sidecar's gRPC listener (which calls the upstream), and the empty grpc.aio server of
 bench/sidecar/grpc_floor.py (which answers at once): the difference is the sidecar's own work
-per Call, grpc's cost cancelled out.
+per Call, grpc's cost cancelled out. The empty server making a bare upstream GET first shows
+what awaiting the upstream costs a grpc.aio handler by itself.
 """
 
 from __future__ import annotations
@@ -302,6 +303,11 @@ def grpc_main(args: argparse.Namespace) -> int:
             rows.append((label, per_request(command, port, n, _drive_grpc, {})))
             print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
         port = procs.free_port()
+        label = "grpc.aio server + a bare upstream GET (grpc_floor.py PORT UPSTREAM)"
+        command = [*grpc_floor_argv(port), str(upstream.port)]
+        rows.append((label, per_request(command, port, n, _drive_grpc, {})))
+        print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
+        port = procs.free_port()
         label = "empty grpc.aio server (grpc_floor.py)"
         rows.append((label, per_request(grpc_floor_argv(port), port, n, _drive_grpc, {})))
         print(f"{label}: {rows[-1][1]:,.0f}", flush=True)
@@ -321,7 +327,9 @@ def grpc_main(args: argparse.Namespace) -> int:
             "requests above (n and then 2n calls in turn on one channel from a grpcio client",
             "outside valgrind; upstream nginx not counted). The empty grpc.aio server",
             "(bench/sidecar/grpc_floor.py: same generated code, options and event loop, `Call`",
-            "answers at once) is grpc's own cost: the sidecar's row above it is its own work.",
+            "answers at once) is grpc's own cost: what the sidecar adds to it is its own work.",
+            "The same server making a bare GET to the upstream first (no parsing, no pipeline)",
+            "shows what the hop itself costs a grpc.aio handler.",
             "",
             f"Rerun: `.venv/bin/python -m bench.sidecar.instructions --grpc --src OTHER/src "
             f"--label NAME --write` (n={n}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).",

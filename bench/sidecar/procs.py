@@ -248,13 +248,18 @@ def start_floor_proxy(workdir: Path, kind: str, upstream: int, name: str) -> Pro
     return proc
 
 
-def start_grpc_floor(workdir: Path) -> Proc:
-    """A grpc.aio server answering `Call` at once (bench/sidecar/grpc_floor.py)."""
+def start_grpc_floor(workdir: Path, upstream: int | None = None) -> Proc:
+    """A grpc.aio server answering `Call` at once (bench/sidecar/grpc_floor.py); with
+    `upstream`, after a bare GET to it."""
     port = free_port()
     argv = [sys.executable, str(HERE / "grpc_floor.py"), str(port)]
-    process, log = _spawn("grpc-floor", argv, workdir)
-    proc = Proc("grpc-floor", process, port, log)
-    wait_tcp(port, process, "grpc-floor", log)
+    name = "grpc-floor"
+    if upstream is not None:
+        argv.append(str(upstream))
+        name = "grpc-floor-fetch"
+    process, log = _spawn(name, argv, workdir)
+    proc = Proc(name, process, port, log)
+    wait_tcp(port, process, name, log)
     return proc
 
 

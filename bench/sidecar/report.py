@@ -217,11 +217,15 @@ def fixed_rate(report: Report) -> list[str]:
     )
 
 
+GRPC_FETCH = "grpc.aio server + bare upstream GET"
+_GRPC_PROCS = {"sidecar Call": "sidecar", GRPC_FETCH: "grpc-floor-fetch"}
+
+
 def grpc_table(report: Report) -> list[str]:
     """The gRPC Call path, and the floor: an empty grpc.aio server on the same client."""
     rows = []
     for (name, connections), cell in sorted(report.grpc.items(), key=lambda i: (i[0][1], i[0][0])):
-        proc = "sidecar" if name == "sidecar Call" else "grpc-floor"
+        proc = _GRPC_PROCS.get(name, "grpc-floor")
         rows.append(
             [
                 name,
@@ -517,7 +521,8 @@ def render(report: Report) -> str:
         "The empty grpc.aio server (bench/sidecar/grpc_floor.py: same generated code, options "
         "and event loop; `Call` returns at once) is the floor of any Python gRPC listener: the "
         "sidecar's CPU per call above it is its own work (compare the HTTP path's CPU per "
-        "request).",
+        "request). The same server making a bare GET to the upstream before it answers (no "
+        "parsing, no pipeline) is what the hop itself costs any gRPC-to-HTTP bridge.",
         "",
     ]
     lines += ["### Memory", ""]

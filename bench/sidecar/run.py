@@ -44,6 +44,7 @@ from bench.sidecar.procs import Proc
 from bench.sidecar.profile import Profile, ProfileError, profile_outbound
 from bench.sidecar.report import (
     COMPILED,
+    GRPC_FETCH,
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
     RELAY_FLOOR,
@@ -185,6 +186,7 @@ def start_processes(
             f"aiohttp proxy not measured ({str(exc).splitlines()[-1]}); pip install aiohttp"
         )
     started["grpc-floor"] = procs.start_grpc_floor(workdir)
+    started["grpc-floor-fetch"] = procs.start_grpc_floor(workdir, up.port)
     return scenarios
 
 
@@ -209,6 +211,7 @@ def run_rounds(
         grpc_targets = (
             ("sidecar Call", started["sidecar"], grpc_port),
             ("empty grpc.aio server", started["grpc-floor"], started["grpc-floor"].port),
+            (GRPC_FETCH, started["grpc-floor-fetch"], started["grpc-floor-fetch"].port),
         )
         for connections in CONNECTIONS:
             for name, proc, port in grpc_targets:
