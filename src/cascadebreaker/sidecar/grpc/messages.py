@@ -253,24 +253,38 @@ def encode_call_response(status: int, headers: RawHeaders, body: bytes) -> bytes
     per header: names lower-cased, latin-1 text as UTF-8, fields in number order, defaults
     (0, empty) left out.
     """
-    parts = [b"\x08%c" % status if status < 128 else b"\x08" + _varint(status)] if status else []
+    parts = [_STATUS_FIELDS.get(status) or (b"\x08" + _varint(status) if status else b"")]
+    append = parts.append
     for name, value in headers:
-        name = name.lower() if name.isascii() else name.decode("latin-1").lower().encode()
-        if not value.isascii():
-            value = value.decode("latin-1").encode()
         size_name, size_value = len(name), len(value)
-        if size_name + size_value < 124 and size_name and size_value:  # the common case
-            parts.append(
+        # The common header: ASCII, short, neither part empty (one format, one append).
+        if (
+            size_name
+            and size_value
+            and size_name + size_value < 124
+            and name.isascii()
+            and value.isascii()
+        ):
+            append(
                 b"\x12%c\x0a%c%s\x12%c%s"
-                % (size_name + size_value + 4, size_name, name, size_value, value)
+                % (size_name + size_value + 4, size_name, name.lower(), size_value, value)
             )
-        else:
-            header = _field(0x0A, name) + _field(0x12, value)
-            parts.append(b"\x12" + _varint(len(header)) + header)
-    if body:
-        parts.append(b"\x1a" + _varint(len(body)))
-        parts.append(body)
+            continue
+        append(_header_field(name, value))
+    size = len(body)
+    if size:
+        append(b"\x1a%c" % size if size < 128 else b"\x1a" + _varint(size))
+        append(body)
     return b"".join(parts)
+
+
+def _header_field(name: bytes, value: bytes) -> bytes:
+    """A `Header` as field 2 of `CallResponse`, any length or text (latin-1 as UTF-8)."""
+    name = name.lower() if name.isascii() else name.decode("latin-1").lower().encode()
+    if not value.isascii():
+        value = value.decode("latin-1").encode()
+    header = _field(0x0A, name) + _field(0x12, value)
+    return b"\x12" + _varint(len(header)) + header
 
 
 def _field(tag: int, data: bytes) -> bytes:
@@ -288,3 +302,7 @@ def _varint(number: int) -> bytes:
         number >>= 7
     out.append(number)
     return bytes(out)
+
+
+# `status = n` as field 1, made once for every HTTP status.
+_STATUS_FIELDS = {status: b"\x08" + _varint(status) for status in range(100, 1000)}
