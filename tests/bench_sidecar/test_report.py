@@ -13,6 +13,7 @@ import pytest
 from bench.__main__ import suites
 from bench.sidecar.profile import Profile, ProfileError, from_py_spy, serving_argv, summarise
 from bench.sidecar.report import (
+    GRPC_FETCH,
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
     Cell,
@@ -280,3 +281,17 @@ def test_bench_discovers_the_suites() -> None:
     assert "sidecar" in found
     if "core" in found:
         assert found[0] == "core"
+
+
+def test_the_grpc_floor_is_a_handler_making_the_same_upstream_get() -> None:
+    """Where the bare-GET handler was measured it is the gRPC floor: it adds 183 µs to the
+    empty server where the target allows 60, so the sidecar's miss is below the floor."""
+    report = _report()
+    report.grpc[("empty grpc.aio server", 1)] = Cell([_sample(300, 400, 500, 3_000)])
+    report.grpc[(GRPC_FETCH, 1)] = Cell([_sample(483, 600, 700, 2_500)])
+    report.grpc[("sidecar Call", 1)] = Cell([_sample(570, 700, 800, 2_000)])
+    row = {t.what.split(":")[0]: t for t in targets(report)}["gRPC Call p50, 1 conn"]
+    assert row.verdict == (
+        "MISSED by 210 µs: the target is below the Python floor (the floor misses it by 123 µs)"
+    )
+    assert row.floor == f"483 µs, {GRPC_FETCH}"
