@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -301,3 +302,34 @@ def test_a_trip_right_after_our_own_probe_closed_the_circuit_counts(
     args = (reset - 1, 1000, "x", 0, "", "", *no_quorum)
     stale = RemoteState.from_reply(store.run("trip", slot, args))
     assert stale.state is State.CLOSED  # one version behind a reset is another round
+
+
+def test_a_reconnect_never_undoes_a_trip_still_on_its_way(
+    redis_stores: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a resync (the subscriber's first connect, any reconnect) read Redis while
+    our own trip was still queued for the flusher, and adopted the CLOSED it found: the local
+    breaker went OPEN -> CLOSED -> OPEN, and calls ran against the failing upstream in between.
+    The trip on its way is newer than anything that read can show."""
+    store = redis_stores()
+    breaker = CircuitBreaker("upstream", failure_threshold=1, recovery_timeout=30, store=store)
+    assert breaker.call(lambda: "ok") == "ok"  # the shared state exists, CLOSED
+    delivered = store._flush  # held below, so the trip stays queued
+    gate = threading.Event()
+
+    def held(*args: Any) -> None:
+        gate.wait(10)
+        delivered(*args)
+
+    monkeypatch.setattr(store, "_flush", held)
+    moves: list[tuple[State, State]] = []
+    breaker.add_listener(lambda event: moves.append((event.from_state, event.to_state)))
+    fail(breaker)
+    assert breaker.state is State.OPEN
+    store.recover()  # what the subscriber does when it (re)connects
+    assert breaker.state is State.OPEN, moves
+    with pytest.raises(CircuitOpenError):
+        breaker.call(lambda: "ran against the failing upstream")
+    gate.set()
+    eventually(lambda: shared(store).get("state") == "OPEN", what="the trip is written")
+    assert moves == [(State.CLOSED, State.OPEN)]

@@ -286,14 +286,16 @@ class RedisSlot(BreakerSlot):
             pending_trip = False
             if self.local_trip and remote.version <= self.remote_version:
                 return  # the fleet did not move: our own trip stands
-            self.apply(remote, resync_from=None if periodic else before)
+            self.apply(remote, resync_from=None if periodic else before, reading=True)
         except BaseException:
             # Still cut off: keep what was not delivered for the next attempt.
             self.pending_control = self.pending_control or control
             self.pending_trip = self.pending_trip or pending_trip
             raise
 
-    def apply(self, remote: RemoteState, resync_from: int | None = None) -> int:
+    def apply(
+        self, remote: RemoteState, resync_from: int | None = None, reading: bool = False
+    ) -> int:
         """Adopt `remote` if it is newer than the last version adopted; return the local round
         right after. A resync passes the local machine's version from before its read: an equal
         version is then re-applied too (the local view may have moved on its own during an
@@ -303,9 +305,23 @@ class RedisSlot(BreakerSlot):
                 self.shared_dirty = remote.fails > 0 and self.threshold > 0
             self.remote_probes = remote.probes
             known = self.remote_version
-            force = resync_from is not None and resync_from == self.machine.version
+            m = self.machine
+            force = resync_from is not None and resync_from == m.version
             if remote.version < known or (remote.version == known and not force):
-                return self.machine.round
+                return m.round
+            if (
+                reading
+                and remote.version == known
+                and remote.state is State.CLOSED
+                and m.mode is Mode.NORMAL
+                and m.state is not State.CLOSED
+                and m.version > known
+            ):
+                # A plain read (not an admission's reply) and our own trip since the last
+                # adoption, not yet answered (queued for the flusher, or about to be): newer
+                # than this read, which would reopen the circuit. A lost trip is corrected by
+                # the next admission, whose reply is re-applied.
+                return m.round
             transitions = self._adopt_locked(remote)
             round_ = self.machine.round
         if transitions:
