@@ -42,9 +42,15 @@ class BareUpstream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.received = b""
+        self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True  # e.g. the upstream's keep-alive timeout between the bench's phases
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("upstream closed the connection"))
 
     def data_received(self, data: bytes) -> None:
         self.received += data
@@ -61,14 +67,26 @@ class BareUpstream(asyncio.Protocol):
 
 
 class FetchingSidecar(EmptySidecar):
-    """Answers every Call after a bare upstream GET."""
+    """Answers every Call after a bare upstream GET, on an idle keep-alive connection (a new
+    one when none is idle: concurrent calls never share one)."""
 
-    def __init__(self, upstream: BareUpstream) -> None:
-        self.upstream = upstream
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.idle: list[BareUpstream] = []
 
     async def Call(self, request: Any, context: Any) -> Any:
         """The fixed response, after the upstream's."""
-        await self.upstream.get()
+        while self.idle and self.idle[-1].closed:
+            self.idle.pop()
+        if self.idle:
+            connection = self.idle.pop()
+        else:
+            loop = asyncio.get_running_loop()
+            _, connection = await loop.create_connection(
+                BareUpstream, "127.0.0.1", self.upstream_port
+            )
+        await connection.get()
+        self.idle.append(connection)
         return pb.CallResponse(status=200, body=_BODY)
 
 
@@ -76,9 +94,7 @@ async def serve(port: int, upstream_port: int | None = None) -> None:
     """Serve until killed."""
     servicer: EmptySidecar = EmptySidecar()
     if upstream_port is not None:
-        loop = asyncio.get_running_loop()
-        _, upstream = await loop.create_connection(BareUpstream, "127.0.0.1", upstream_port)
-        servicer = FetchingSidecar(upstream)
+        servicer = FetchingSidecar(upstream_port)
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
     sidecar_pb2_grpc.add_SidecarServicer_to_server(  # type: ignore[no-untyped-call]
         servicer, server

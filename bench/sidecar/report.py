@@ -102,6 +102,17 @@ class Report:
     environment: dict[str, str] = field(default_factory=dict)
 
 
+def failed_cells(report: Report) -> list[str]:
+    """Cells with errors: their numbers measure failures, not the path (a broken proxy or
+    floor must not pass for a fast one)."""
+    cells = [
+        *((f"{name} at {conns} conns (wrk)", c) for (name, conns), c in report.wrk.items()),
+        *((f"{name} at 1000 rps", c) for name, c in report.paced.items()),
+        *((f"{name} at {conns} conns (gRPC)", c) for (name, conns), c in report.grpc.items()),
+    ]
+    return [f"{what}: {cell.errors:,} errors" for what, cell in cells if cell.errors]
+
+
 def _n(value: float, digits: int = 0) -> str:
     return "-" if math.isnan(value) else f"{value:,.{digits}f}"
 

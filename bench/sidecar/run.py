@@ -51,6 +51,7 @@ from bench.sidecar.report import (
     Cell,
     Report,
     Sample,
+    failed_cells,
     render,
     write_section,
 )
@@ -392,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             f"(of {os.cpu_count()}): these numbers are noisy; rerun on a quiet machine."
         )
     report = reports[modes[0]]
+    failed = [f for r in reports.values() for f in failed_cells(r)]
+    if failed:
+        notes.append("Cells with errors (their numbers are not valid): " + "; ".join(failed))
     report.import_rss_mb = procs.import_rss_mb()
     report.notes = notes
     report.profile = profile
@@ -412,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.doc, markdown)
         print(f"wrote the '## Sidecar' section of {args.doc}")
     shutil.rmtree(workdir, ignore_errors=True)
+    if failed:
+        print(f"bench sidecar: errors in {len(failed)} cells: {'; '.join(failed)}", file=sys.stderr)
+        return 1
     if profile_error:  # the tables stand; the missing profile must not pass unnoticed
         print(
             f"bench sidecar: the profile FAILED ({profile_error}); the tables say so in its "

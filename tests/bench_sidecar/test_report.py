@@ -6,6 +6,7 @@ section of the shared docs/benchmarks.md and reads its inputs right.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from bench.sidecar.report import (
     Cell,
     Report,
     Sample,
+    failed_cells,
     render,
     targets,
     write_section,
@@ -295,3 +297,13 @@ def test_the_grpc_floor_is_a_handler_making_the_same_upstream_get() -> None:
         "MISSED by 210 µs: the target is below the Python floor (the floor misses it by 123 µs)"
     )
     assert row.floor == f"483 µs, {GRPC_FETCH}"
+
+
+def test_cells_with_errors_are_named() -> None:
+    """A floor that failed every call (0 calls/s) must not pass for a measurement: the run
+    names it and exits 1 instead of writing its verdicts quietly."""
+    report = _report()
+    broken = _sample(0, 0, 0, 0)
+    report.grpc[(GRPC_FETCH, 1)] = Cell([replace(broken, errors=8161)])
+    assert failed_cells(report) == [f"{GRPC_FETCH} at 1 conns (gRPC): 8,161 errors"]
+    assert failed_cells(_report()) == []
