@@ -317,3 +317,62 @@ def test_sigterm_while_starting_drains_then_exits_0() -> None:
             process.wait()
     assert process.returncode == 0, err
     assert "draining" in err
+
+
+_RECORD_DISPOSITIONS = """
+import json, signal, sys
+set_to = []
+_real_signal = signal.signal
+
+def recording_signal(signum, handler):
+    set_to.append((int(signum), handler))
+    return _real_signal(signum, handler)
+
+# Before anything imports uvloop or asyncio: the loops keep a reference to signal.signal.
+signal.signal = recording_signal
+from cascadebreaker.sidecar import serve as serving
+from cascadebreaker.sidecar.schema import parse_config
+import cascadebreaker.sidecar.server as server_module
+
+class StopsOnceUp(server_module.SidecarServer):
+    async def start(self) -> None:
+        await super().start()
+        self.request_stop()
+
+server_module.SidecarServer = StopsOnceUp
+code = serving.serve(parse_config(json.loads(sys.argv[1])))
+defaults = {
+    signal.SIG_DFL: "SIG_DFL",
+    signal.SIG_IGN: "SIG_IGN",
+    signal.default_int_handler: "default_int_handler",
+}
+print(json.dumps([[s, defaults.get(h, "other")] for s, h in set_to]), flush=True)
+sys.exit(code)
+"""
+
+
+def test_the_stop_signals_never_fall_back_to_their_default_action_once_handled() -> None:
+    """Regression: after the drain the loop's stop handlers were taken off and SIG_IGN put in
+    their place. Taking them off restores SIGTERM's default action for a moment; the stop
+    signals were blocked for it, but only in the main thread, and the gRPC threads took a
+    repeated SIGTERM there and died by it (-15). From the first handler on, SIGTERM and SIGINT
+    must never be set back to an action that kills the process."""
+    config = {
+        "service": "a",
+        "listen": {"inbound": None, "outbound": "127.0.0.1:0", "admin": "127.0.0.1:0"},
+        "upstreams": {"u": {"url": "http://127.0.0.1:1"}},
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _RECORD_DISPOSITIONS, json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    set_to: list[list[Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        actions = [action for signum, action in set_to if signum == stop_signal]
+        assert "other" in actions, f"{stop_signal.name} was never handled: {set_to}"
+        after_handled = actions[actions.index("other") :]
+        assert "SIG_DFL" not in after_handled, f"{stop_signal.name}: {actions}"
+        assert "default_int_handler" not in after_handled, f"{stop_signal.name}: {actions}"

@@ -8,11 +8,9 @@ never imported here (tests/sidecar/test_lazy_imports.py checks the running proce
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import signal
 import sys
 from typing import Any
 
@@ -41,34 +39,12 @@ def serve(config: SidecarConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
-    async def run() -> None:
-        await SidecarServer(config).run()
-        _ignore_stop_signals()
-
     try:
-        _run(run())
+        _run(SidecarServer(config).run())
     except OSError as exc:
         print(f"ccb sidecar: cannot listen: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _ignore_stop_signals() -> None:
-    """Drained: a repeated SIGTERM (supervisors send more than one) must not kill the rest of
-    the teardown. Closing the loop would put back the default action, which dies by the
-    signal; taking the handlers off here first leaves the loop nothing to put back."""
-    loop = asyncio.get_running_loop()
-    stop_signals = {signal.SIGTERM, signal.SIGINT}
-    # Blocked while swapping: removing the loop's handler puts back the default action for a
-    # moment, and a signal landing then would kill us. Pending ones are dropped once ignored.
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    try:
-        for sig in stop_signals:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_IGN)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
 
 def _run(coro: Any) -> None:

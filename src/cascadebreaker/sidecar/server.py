@@ -18,6 +18,8 @@ import gc
 import logging
 import resource
 import signal
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from cascadebreaker.sidecar.admin import AdminHandler
@@ -259,16 +261,43 @@ class SidecarServer:
         self.tracker.max_connections = cap
         # Handlers first: a SIGTERM while listeners come up drains once they are up, instead
         # of killing a process that already accepts connections.
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.request_stop)
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGHUP, self.reload)
+        _handle_signals(asyncio.get_running_loop(), self.request_stop, self.reload)
         await self.start()
         await self._stopping.wait()
         log.info("sidecar %s: draining", self.config.service)
         await self.stop()
+        # Drained: supervisors repeat SIGTERM, and the rest of the teardown must not die by it.
+        # Swapping our handler for SIG_IGN is one step; the default action is never back.
+        for sig in (*_STOP_SIGNALS, signal.SIGHUP):
+            with contextlib.suppress(ValueError):  # not the main thread: nothing was installed
+                signal.signal(sig, signal.SIG_IGN)
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _handle_signals(
+    loop: asyncio.AbstractEventLoop, on_stop: Callable[[], None], on_reload: Callable[[], None]
+) -> None:
+    """SIGTERM/SIGINT call `on_stop`, SIGHUP `on_reload`, on the loop.
+
+    Plain `signal.signal` handlers, not `loop.add_signal_handler`: the loop takes its handlers
+    off by restoring the default action (when asked to, and when it closes). A stop signal
+    landing in that moment, on any of the gRPC threads, kills the process with -15."""
+
+    def handler(for_loop: Callable[[], None]) -> Callable[[int, FrameType | None], None]:
+        def on_signal(_signum: int, _frame: FrameType | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the drain is over
+                loop.call_soon_threadsafe(for_loop)
+
+        return on_signal
+
+    try:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, handler(on_stop))
+        signal.signal(signal.SIGHUP, handler(on_reload))
+    except ValueError:  # not the main thread (a server run in a test's thread): its owner stops it
+        log.debug("signal handlers not installed: not the main thread")
 
 
 async def _start_grpc(runtime: SidecarRuntime, address: HostPort) -> Any:
