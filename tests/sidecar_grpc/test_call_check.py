@@ -196,6 +196,11 @@ async def test_connection_refused_is_unavailable_without_rejection(
             "headers",
         ),
         ({"upstream": "payment", "path": "/", "serving_endpoint": "no-route"}, "serving_endpoint"),
+        # Regression: it passed validation, then failed encoding into the header (UNKNOWN).
+        (
+            {"upstream": "payment", "path": "/", "serving_endpoint": "POST /v1/\u20ac"},
+            "serving_endpoint",
+        ),
     ],
 )
 async def test_malformed_call_is_invalid_argument(

@@ -105,8 +105,11 @@ def validate_call(request: Any) -> tuple[bytes, list[tuple[bytes, bytes]]]:
             if _BAD_VALUE.search(value) or not (value.isascii() or _latin1(value)):
                 raise BadArgument(f"headers: the value of {name!r} is not a header value")
             headers.append((name.encode("ascii"), value.encode("latin-1")))
-    if request.serving_endpoint:
-        validate_endpoint(request.serving_endpoint, "serving_endpoint")
+    serving = request.serving_endpoint
+    if serving:
+        validate_endpoint(serving, "serving_endpoint")
+        if not (serving.isascii() or _latin1(serving)):  # it travels as a header value
+            raise BadArgument(f"serving_endpoint: {serving!r} is not a header value (latin-1)")
     return method_b, headers
 
 
