@@ -9,6 +9,7 @@ so environment markers agree) builds a wheelhouse that the Dockerfile installs w
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -88,7 +89,16 @@ def base_tag() -> str:
 
 
 def ensure_base() -> tuple[str, float]:
-    """The base image's tag, built now unless cached; and the seconds spent."""
+    """The base image's tag, built now unless cached; and the seconds spent.
+
+    Under a lock: .ci/run starts building the base beside the first tiers (it takes minutes
+    and mostly waits on the archive), and the image fixture then waits for that build."""
+    with (Path(tempfile.gettempdir()) / "ccb-base-image.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_base()
+
+
+def _ensure_base() -> tuple[str, float]:
     tag = base_tag()
     exists = (
         subprocess.run(["podman", "image", "exists", tag], env=podman_env(), check=False).returncode
@@ -160,3 +170,9 @@ def build_image() -> BuiltImage:
         )
     size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).strip())
     return BuiltImage(IMAGE, base, size, base_seconds, time.monotonic() - started)
+
+
+if __name__ == "__main__":
+    # .ci/run builds the base ahead of the tests: `python tests/deploy/image.py`.
+    tag, seconds = ensure_base()
+    print(f"base image {tag}: {seconds:.0f} s (0 = cached)")
