@@ -11,7 +11,12 @@ import pytest
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import RequestHead
 from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
-from cascadebreaker.sidecar.http.wire import drop_connection_tokens, header_kind
+from cascadebreaker.sidecar.http.wire import (
+    drop_connection_tokens,
+    header_kind,
+    response_head,
+    status_line,
+)
 from cascadebreaker.sidecar.proxy.endpoint_hint import endpoint_hint, route_template
 from cascadebreaker.sidecar.proxy.listeners import split_outbound_target
 from cascadebreaker.sidecar.proxy.routes import RetryBudget
@@ -301,3 +306,15 @@ async def test_idle_connection_reads_again_after_an_exchange_left_it_paused() ->
     conn.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
     assert transport.written == [b"HTTP/1.1 204 No Content\r\n\r\n"]
     assert transport.reading
+
+
+def test_status_lines_follow_the_reason_asked_for_each_time() -> None:
+    """Status lines are cached per status: a different reason for the same status, or none,
+    still gets its own line (never the one made before)."""
+    assert status_line(200, b"OK") == b"HTTP/1.1 200 OK\r\n"
+    assert status_line(200, b"Fine") == b"HTTP/1.1 200 Fine\r\n"
+    assert status_line(200) == b"HTTP/1.1 200 OK\r\n"  # the standard reason
+    assert status_line(200, b"Fine") == b"HTTP/1.1 200 Fine\r\n"
+    assert status_line(599) == b"HTTP/1.1 599 Unknown\r\n"
+    head = response_head(404, b"Gone Fishing", [(b"x-a", b"1")], b"content-length: 0\r\n")
+    assert head == b"HTTP/1.1 404 Gone Fishing\r\nx-a: 1\r\ncontent-length: 0\r\n\r\n"

@@ -17,7 +17,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import cast
+from typing import Final, cast
 
 import httptools
 
@@ -28,19 +28,19 @@ from cascadebreaker.sidecar.http.reader import RequestReader
 from cascadebreaker.sidecar.http.wire import error_response
 from cascadebreaker.sidecar.logs import RateLimitedLog
 
-log = logging.getLogger("cascadebreaker.sidecar")
+log: Final = logging.getLogger("cascadebreaker.sidecar")
 
 # Whatever a client can trigger at will is logged at most once per interval.
-_client_errors = RateLimitedLog(log, logging.INFO)
-_internal_errors = RateLimitedLog(log, logging.ERROR)
-_at_capacity = RateLimitedLog(log, logging.WARNING)
-_TOO_MANY = error_response(503, "too many connections", close=True)
+_client_errors: Final = RateLimitedLog(log, logging.INFO)
+_internal_errors: Final = RateLimitedLog(log, logging.ERROR)
+_at_capacity: Final = RateLimitedLog(log, logging.WARNING)
+_TOO_MANY: Final = error_response(503, "too many connections", close=True)
 
 # Reasons to stop reading from a client (bits of `_pause_reasons`).
-_PIPELINED = 1  # a complete request waits for the responses before it
-_BACKPRESSURE = 2  # the upstream is not taking the body (or not connected yet)
-_FINISHED = 4  # the stream cannot go on (bad bytes, stalled body): only replies are left
-_UPGRADING = 8  # a WebSocket handshake waits for the upstream's answer
+_PIPELINED: Final = 1  # a complete request waits for the responses before it
+_BACKPRESSURE: Final = 2  # the upstream is not taking the body (or not connected yet)
+_FINISHED: Final = 4  # the stream cannot go on (bad bytes, stalled body): only replies are left
+_UPGRADING: Final = 8  # a WebSocket handshake waits for the upstream's answer
 
 __all__ = ["ServerConnection"]
 

@@ -20,6 +20,8 @@ size is a parse error, answered 400 after the complete requests before it (conne
 
 from __future__ import annotations
 
+from typing import Final
+
 __all__ = [
     "CHUNKED",
     "UNTIL_CLOSE",
@@ -32,11 +34,11 @@ __all__ = [
     "whole_body_framing",
 ]
 
-CHUNKED = -1  # chunked transfer coding: the body ends with the last chunk
-UNTIL_CLOSE = -2  # (responses only) the body ends when the connection closes
+CHUNKED: Final = -1  # chunked transfer coding: the body ends with the last chunk
+UNTIL_CLOSE: Final = -2  # (responses only) the body ends when the connection closes
 
-_NO_BODY_STATUSES = frozenset({204, 304})
-_BODY_METHODS = frozenset({b"POST", b"PUT", b"PATCH"})
+_NO_BODY_STATUSES: Final = frozenset({204, 304})
+_BODY_METHODS: Final = frozenset({b"POST", b"PUT", b"PATCH"})
 
 
 class FramingError(ValueError):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Final
 
 RawHeaders = list[tuple[bytes, bytes]]
 
 # Headers that describe one connection, never forwarded; plus the ones the sidecar re-derives
 # (framing, Host) or answers itself (Expect).
-HOP_BY_HOP = frozenset(
+HOP_BY_HOP: Final = frozenset(
     {
         b"connection",
         b"keep-alive",
@@ -24,20 +24,20 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-_REDERIVED = frozenset({b"content-length", b"host", b"expect"})
-_DROP_FORWARD = HOP_BY_HOP | _REDERIVED
+_REDERIVED: Final = frozenset({b"content-length", b"host", b"expect"})
+_DROP_FORWARD: Final = HOP_BY_HOP | _REDERIVED
 
 # What a header is to the proxy. Raw names map to a kind through a small cache, so the hot path
 # does one dict lookup per header instead of lower-casing and comparing.
-END_TO_END = 0
-CONTENT_LENGTH = 1
-TRANSFER_ENCODING = 2
-CONNECTION = 3
-HOST = 4
-EXPECT = 5
-HOP = 6  # other hop-by-hop headers: dropped
-UPGRADE = 7  # hop-by-hop, but read: a WebSocket handshake becomes a tunnel
-_KIND_BY_LOWER = {
+END_TO_END: Final = 0
+CONTENT_LENGTH: Final = 1
+TRANSFER_ENCODING: Final = 2
+CONNECTION: Final = 3
+HOST: Final = 4
+EXPECT: Final = 5
+HOP: Final = 6  # other hop-by-hop headers: dropped
+UPGRADE: Final = 7  # hop-by-hop, but read: a WebSocket handshake becomes a tunnel
+_KIND_BY_LOWER: Final = {
     **dict.fromkeys(HOP_BY_HOP, HOP),
     b"upgrade": UPGRADE,
     b"content-length": CONTENT_LENGTH,
@@ -46,8 +46,8 @@ _KIND_BY_LOWER = {
     b"host": HOST,
     b"expect": EXPECT,
 }
-HEADER_KINDS: dict[bytes, int] = {}
-_MAX_CACHED_NAMES = 4096
+HEADER_KINDS: Final[dict[bytes, int]] = {}
+_MAX_CACHED_NAMES: Final = 4096
 
 
 def header_kind(name: bytes) -> int:
@@ -62,7 +62,7 @@ def header_kind(name: bytes) -> int:
 
 # Connection values that name no other header, as commonly spelled: skipped where read, so
 # the usual `Connection: keep-alive` costs no token parsing.
-PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b""})
+PLAIN_CONNECTION: Final = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b""})
 
 
 def drop_connection_tokens(headers: RawHeaders, connection_values: list[bytes]) -> RawHeaders:
@@ -74,8 +74,8 @@ def drop_connection_tokens(headers: RawHeaders, connection_values: list[bytes]) 
     return [(n, v) for n, v in headers if n.lower() not in tokens]
 
 
-CRLF = b"\r\n"
-LAST_CHUNK = b"0\r\n\r\n"
+CRLF: Final = b"\r\n"
+LAST_CHUNK: Final = b"0\r\n\r\n"
 
 
 def connection_tokens(headers: RawHeaders) -> frozenset[bytes]:
@@ -104,28 +104,48 @@ def request_head(
 ) -> bytes:
     """Serialise a request head; `framing` is a ready `content-length: n\\r\\n` line or empty."""
     parts = [method, b" ", target, b" HTTP/1.1\r\nhost: ", host, CRLF]
+    # One append per piece: compiled, that is a C call each (`+=` a tuple built and copied).
     for name, value in headers:
-        parts += (name, b": ", value, CRLF)
-    parts += (framing, CRLF)
+        parts.append(name)
+        parts.append(b": ")
+        parts.append(value)
+        parts.append(CRLF)
+    parts.append(framing)
+    parts.append(CRLF)
     return b"".join(parts)
 
 
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+_REASONS: Final = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+# The last status line made for each status, with the reason it was asked for: upstreams send
+# the same few, so each line is formatted once. Statuses are 3 digits: at most 900 entries.
+_STATUS_LINES: Final[dict[int, tuple[bytes, bytes]]] = {}
 
 
 def status_line(status: int, reason: bytes = b"") -> bytes:
     """`HTTP/1.1 <status> <reason>\\r\\n`, with the standard reason when none is given."""
-    return b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Unknown"))
+    made = _STATUS_LINES.get(status)
+    if made is not None and made[0] == reason:
+        return made[1]
+    line = b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Unknown"))
+    if 100 <= status <= 999:
+        _STATUS_LINES[status] = (reason, line)
+    return line
 
 
 def response_head(
     status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], framing: bytes
 ) -> bytes:
     """Serialise a response head; `framing` carries content-length/transfer-encoding/connection."""
-    parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Unknown"))]
+    parts = [status_line(status, reason)]
     for name, value in headers:
-        parts += (name, b": ", value, CRLF)
-    parts += (framing, CRLF)
+        parts.append(name)
+        parts.append(b": ")
+        parts.append(value)
+        parts.append(CRLF)
+    parts.append(framing)
+    parts.append(CRLF)
     return b"".join(parts)
 
 

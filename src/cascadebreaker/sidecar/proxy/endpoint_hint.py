@@ -7,11 +7,12 @@ cheap because the proxy may call it for every request.
 from __future__ import annotations
 
 import re
+from typing import Final
 
-_UUID = re.compile(
+_UUID: Final = re.compile(
     r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
 )
-_LONG_HEX = re.compile(r"^[0-9a-fA-F]{16,}$")
+_LONG_HEX: Final = re.compile(r"^[0-9a-fA-F]{16,}$")
 
 
 def _is_id(segment: str) -> bool:

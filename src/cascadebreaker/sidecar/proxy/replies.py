@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cascadebreaker.contract import parse_state, refusal_reason, rejection_body, whole_service
 from cascadebreaker.sidecar.http.wire import error_response
@@ -29,7 +29,7 @@ ReplyBuilder = Callable[[bool], bytes]
 
 # A reply may wait for a request body this small to arrive (keeping the connection alive);
 # bigger bodies get the reply at once and the connection closed.
-_DEFER_BODY_LIMIT = 65536
+_DEFER_BODY_LIMIT: Final = 65536
 
 
 def rejection_for_open_circuit(upstream: str, error: Any, key: bytes | None = None) -> Rejection:
@@ -55,7 +55,7 @@ def rejection_for_open_circuit(upstream: str, error: Any, key: bytes | None = No
     return Rejection(body, status=503, retry_after=retry_after, refusal=seal(key, reason.value))
 
 
-_UPSTREAM_ERRORS = {
+_UPSTREAM_ERRORS: Final = {
     "timeout": "upstream timeout",
     "connect": "upstream unreachable",
     "reset": "upstream connection reset",

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 import httptools
 
@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.http.tunnel import Tunnel
     from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
-log = logging.getLogger("cascadebreaker.sidecar")
-_internal_errors = RateLimitedLog(log, logging.ERROR)  # an upstream may trigger a bug at will
+log: Final = logging.getLogger("cascadebreaker.sidecar")
+# An upstream may trigger a bug at will: its log is rate-limited.
+_internal_errors: Final = RateLimitedLog(log, logging.ERROR)
 
 
 class ResponseSink(Protocol):
