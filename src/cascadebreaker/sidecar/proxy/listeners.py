@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import Exchange, RequestHead
@@ -12,7 +13,7 @@ from cascadebreaker.sidecar.proxy.hooks import Direction
 from cascadebreaker.sidecar.proxy.replies import FixedExchange
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
-_HOST_NAMES: dict[bytes, bytes] = {}
+_HOST_NAMES: Final[dict[bytes, bytes]] = {}
 
 
 def host_name(host: bytes) -> bytes:
