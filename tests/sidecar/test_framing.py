@@ -327,3 +327,13 @@ async def test_a_server_connection_forwards_only_unambiguous_bodies(
     else:
         assert request.content_length == expected
         assert data == body[:expected]
+
+
+@given(st.text(alphabet="0123456789", min_size=1, max_size=40))
+def test_a_declared_length_reads_as_int_would(digits: str) -> None:
+    """Lengths are read by a loop (compiled, far cheaper than `int(bytes)`): every run of
+    digits, leading zeros and ones too long for the loop included, reads as `int` reads it."""
+    value = digits.encode()
+    assert response_framing(200, False, [value], False) == (int(digits), int(digits))
+    assert response_framing(200, False, [b" " + value + b"\t"], False)[0] == int(digits)
+    assert request_framing([value], None, False) == int(digits)

@@ -81,7 +81,10 @@ class OutboundHandler:
                 ),
             )
         name, path = split
-        route = runtime.routes_by_host.get(name.lower())
+        routes = runtime.routes_by_host
+        route = routes.get(name)  # names are lower case: as sent, one lookup and no lower()
+        if route is None:
+            route = routes.get(name.lower())
         if route is None:
             upstream = name.decode("latin-1")
             return FixedExchange(
