@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from bench.core.cases import OURS, Case, bare, version
 from bench.core.timing import Timed, measure, prepare
+from cascadebreaker.testing.ports import free_port
 
 TARGET_RATIO = 20.0  # RedisStore must be at least this many times cheaper per call
 
@@ -38,9 +39,7 @@ def redis_server() -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found on PATH")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="ccb-bench-redis-") as workdir:
         args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "no", "--dir", workdir]

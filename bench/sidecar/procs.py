@@ -21,15 +21,10 @@ from pathlib import Path
 
 import yaml
 
+from cascadebreaker.testing.ports import free_port as free_port
+
 HERE = Path(__file__).resolve().parent
 BODY = "hello, world\n"  # the upstream's fixed 13-byte body
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BenchSetupError(RuntimeError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,16 +17,11 @@ from urllib.parse import quote
 import httpx
 import yaml
 
+from cascadebreaker.testing.ports import free_port as free_port
+
 from .apps import App, Call
 
 LISTENERS = ("outbound", "inbound", "grpc", "admin")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(

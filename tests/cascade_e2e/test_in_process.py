@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from cascadebreaker.sidecar.proxy.hooks import Direction, RequestInfo
 from cascadebreaker.sidecar.proxy.ports import WatchEnded, WatchSubscription
 from cascadebreaker.sidecar.schema import ConfigError, parse_cascade_config, parse_config
 from cascadebreaker.sidecar.server import build_runtime
+from cascadebreaker.testing.ports import free_port
 
 
 def _config(cascade: dict[str, Any] | None = None) -> Any:
@@ -338,9 +338,7 @@ async def test_an_unreachable_peer_is_retried_then_forgotten(
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()
 
 
 async def test_a_dotted_service_name_forwards_without_a_hop_token(

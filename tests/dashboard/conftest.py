@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,14 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cascadebreaker.testing.ports import free_port as free_port
+
 SERVING = "shop GET /buy"  # the endpoint the test's "app" serves while it calls pay
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (nothing listens on it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from cascadebreaker.testing.ports import free_port
 
 
 class Upstream:
@@ -78,9 +79,7 @@ def other_upstream() -> Iterator[Upstream]:
 @pytest.fixture
 def dead_url() -> str:
     """A URL on a loopback port where nothing listens (connect errors)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return f"http://127.0.0.1:{port}/"
 
 
@@ -122,9 +121,7 @@ def serve_asgi(app: object) -> Iterator[str]:
     """Serve an ASGI app under a real uvicorn server on a free loopback port; yield its URL."""
     import uvicorn
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from cascadebreaker import CircuitOpenError, MemoryStore, State
 from cascadebreaker.integrations.asgi import CircuitOpenMiddleware
 from cascadebreaker.integrations.httpx_transport import AsyncBreakerTransport
 from cascadebreaker.integrations.rejection import REJECTED_HEADER
+from cascadebreaker.testing.ports import free_port
 
 from .conftest import Upstream
 
@@ -44,9 +44,7 @@ def build_app(upstream: Upstream, store: MemoryStore) -> FastAPI:
 def served(upstream: Upstream) -> Iterator[tuple[str, MemoryStore]]:
     """The app under a real uvicorn server on a free loopback port."""
     store = MemoryStore()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     config = uvicorn.Config(
         build_app(upstream, store), host="127.0.0.1", port=port, log_level="warning"
     )

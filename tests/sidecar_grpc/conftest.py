@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -28,14 +27,7 @@ from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2_grpc
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import build_runtime
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from cascadebreaker.testing.ports import free_port as free_port
 
 # Requests seen per `/fail-first/<n>/<key>` key (the handler runs in the server's threads).
 HITS: Counter[str] = Counter()

@@ -8,11 +8,12 @@ every replica (the sidecar's `urls:`, or round robin in the app without a sideca
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from cascadebreaker.testing import ports
 
 HOST = "127.0.0.1"
 
@@ -88,10 +89,8 @@ def _budget(service: str) -> int:
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago (below the ephemeral range)."""
+    return ports.free_port(HOST)
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .ports import free_port
+
 __all__ = ["RedisServer", "RedisServerMissing", "free_port", "throwaway_redis"]
 
 
 class RedisServerMissing(RuntimeError):
     """`redis-server` is not on PATH."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -1,0 +1,45 @@
+"""Free TCP ports for tests and harnesses, picked below the kernel's ephemeral range.
+
+A port asked of the kernel (`bind(0)`) comes from the ephemeral range, the same range outgoing
+connections take their local ports from: between the moment a harness picks one and the moment
+its server binds it, any connection on the machine (to Redis, to an upstream, another test
+run's) can take it, and the server fails with "address already in use". Below that range only
+a server binding it on purpose can take it, and a port some server holds fails the test bind.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_SPAN = 12000  # ports tried below the ephemeral range
+_TRIES = 200
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's (low, high) ephemeral port range (Linux's default where unreadable)."""
+    try:
+        low, high = (int(part) for part in _RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing held a moment ago, outside the ephemeral range when
+    that leaves room (else one the kernel picks)."""
+    low, _high = ephemeral_range()
+    first = max(1024, low - _SPAN)
+    for _ in range(_TRIES if low - first >= 1000 else 0):
+        port = random.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        return port
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,36 @@
+"""cascadebreaker.testing.ports: free ports below the range outgoing connections use."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from cascadebreaker.testing import ports
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_bindable() -> None:
+    low, _high = ports.ephemeral_range()
+    for _ in range(20):
+        port = ports.free_port()
+        assert 1024 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_port_held_by_a_server_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        held.listen()
+        picks = iter([taken, taken, taken + 1 if taken < 65535 else taken - 1])
+        monkeypatch.setattr(ports.random, "randrange", lambda _a, _b: next(picks))
+        monkeypatch.setattr(ports, "ephemeral_range", lambda: (taken + 2, 65535))
+        assert ports.free_port() != taken
+
+
+def test_without_room_below_the_range_the_kernel_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: (1500, 65535))
+    port = ports.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
