@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cascadebreaker import State
+from cascadebreaker import Outcome, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, RETRY, Call
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
@@ -42,6 +42,10 @@ def _call(runtime: SidecarRuntime, method: bytes = b"GET", body: bool = False) -
     return Call(Direction.OUTBOUND, route, method, b"/x", [], "127.0.0.1", body, not body)
 
 
+def _holds_admission(call: Call) -> bool:
+    return call.permit is not None or call.admitted != 0
+
+
 class _Hook:
     def __init__(self, refuse: bool = False, reroute: str | None = None) -> None:
         self.refuse = refuse
@@ -62,7 +66,7 @@ async def test_a_hook_refusal_is_counted_and_heard(runtime: SidecarRuntime) -> N
     call = _call(runtime)
     verdict = runtime.pipeline.start(call)
     assert isinstance(verdict, Rejection) and verdict.body == {"error": "no"}
-    assert call.permit is None and call.closed
+    assert call.permit is None and not call.admitted and call.closed
     assert runtime.routes["payment"].stats.outcomes["rejected"] == 1
     assert hook.heard == [(503, "rejected")]
 
@@ -71,7 +75,7 @@ async def test_a_hook_reroutes_to_a_configured_upstream_only(runtime: SidecarRun
     runtime.hooks.add(_Hook(reroute="backup"))
     call = _call(runtime)
     assert runtime.pipeline.start(call) is None
-    assert call.route.name == "backup" and call.permit is not None
+    assert call.route.name == "backup" and _holds_admission(call)
     runtime.hooks.hooks[0] = _Hook(reroute="nowhere")
     other = _call(runtime)
     assert runtime.pipeline.start(other) is None
@@ -111,7 +115,7 @@ async def test_a_stale_connection_is_replayed_unrecorded_then_fails(
     assert pipeline.start(call) is None
     stale = UpstreamReset("payment", "closed", reused=True)
     assert [pipeline.failed(call, stale) for _ in range(2)] == [REPLAY, REPLAY]
-    assert call.permit is not None  # nothing recorded yet
+    assert _holds_admission(call)  # nothing recorded yet
     stats = runtime.routes["payment"].stats
     assert pipeline.failed(call, stale) == FAIL  # the third time it counts; no attempts left
     assert stats.outcomes["reset"] == 1
@@ -130,9 +134,9 @@ async def test_a_client_that_left_gives_its_permit_back(runtime: SidecarRuntime)
     pipeline = runtime.pipeline
     call = _call(runtime)
     assert pipeline.start(call) is None
-    permit: Any = call.permit
+    assert _holds_admission(call)
     pipeline.cancelled(call)
-    assert call.permit is None and permit is not None
+    assert not _holds_admission(call)
     pipeline.cancelled(call)  # twice: counted once
     assert runtime.routes["payment"].stats.outcomes["cancelled"] == 1
     other = _call(runtime)
@@ -145,3 +149,61 @@ async def test_a_client_that_left_gives_its_permit_back(runtime: SidecarRuntime)
     assert pipeline.failed(late, refused) == RETRY  # recorded: the breaker (threshold 1) opens
     verdict = pipeline.retry(late)
     assert isinstance(verdict, Rejection) and late.attempt == 1
+
+
+async def test_a_closed_breaker_admits_without_a_permit_and_counts_every_outcome(
+    runtime: SidecarRuntime,
+) -> None:
+    pipeline = runtime.pipeline
+    route = runtime.routes["backup"]  # failure threshold 5 (the default), no retries
+    breaker = route.breaker
+    assert breaker is not None
+
+    def call() -> Call:
+        admitted = _call(runtime)
+        admitted.route = route
+        assert pipeline.start(admitted) is None
+        assert admitted.permit is None and admitted.admitted  # the lock-free closed path
+        return admitted
+
+    for _ in range(4):  # a failure run, cut short by a success, then another
+        assert pipeline.response(call(), 500, []) is False
+    assert pipeline.response(call(), 200, []) is False
+    for _ in range(4):
+        assert pipeline.response(call(), 500, []) is False
+    assert breaker.state is State.CLOSED  # 4 in a row, never 5: the success reset the run
+    pipeline.cancelled(call())  # given back: ignored
+    assert pipeline.response(call(), 500, []) is False  # the fifth in a row
+    assert breaker.state is State.OPEN
+    calls = breaker.snapshot().calls
+    assert (calls.success, calls.failure, calls.ignored) == (1, 9, 1)
+
+
+async def test_a_closed_path_outcome_from_before_a_trip_changes_nothing(
+    runtime: SidecarRuntime,
+) -> None:
+    pipeline = runtime.pipeline
+    breaker = runtime.routes["payment"].breaker  # threshold 1
+    assert breaker is not None
+    early, failing = _call(runtime, b"POST"), _call(runtime, b"POST")
+    assert pipeline.start(early) is None and pipeline.start(failing) is None
+    assert pipeline.response(failing, 500, []) is False
+    assert breaker.state is State.OPEN
+    assert pipeline.response(early, 200, []) is False  # a round that is over: not a close
+    assert breaker.state is State.OPEN
+    assert breaker.snapshot().calls.success == 1
+
+
+async def test_a_breaker_with_an_outcome_listener_admits_with_a_permit(
+    runtime: SidecarRuntime,
+) -> None:
+    heard: list[Any] = []
+    breaker = runtime.routes["backup"].breaker
+    assert breaker is not None
+    breaker.add_outcome_listener(heard.append)  # turns the lock-free path off
+    call = _call(runtime)
+    call.route = runtime.routes["backup"]
+    assert runtime.pipeline.start(call) is None
+    assert call.permit is not None and not call.admitted
+    assert runtime.pipeline.response(call, 200, []) is False
+    assert [event.outcome for event in heard] == [Outcome.SUCCESS]

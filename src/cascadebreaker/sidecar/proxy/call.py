@@ -25,7 +25,7 @@ from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
-    from cascadebreaker import Permit
+    from cascadebreaker import CircuitBreaker, Permit
     from cascadebreaker.sidecar.proxy.hooks import RequestInfo
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
@@ -51,6 +51,8 @@ class AwaitedCall:
         self.has_body = False
         self.resendable = True  # the body is held whole: it can be sent again
         self.info: RequestInfo | None = None
+        self.admitted = 0
+        self.breaker: CircuitBreaker | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0

@@ -34,7 +34,7 @@ from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamTarget
 
 if TYPE_CHECKING:
-    from cascadebreaker import Permit
+    from cascadebreaker import CircuitBreaker, Permit
     from cascadebreaker.sidecar.http.connection import ServerConnection
     from cascadebreaker.sidecar.http.exchange import RequestHead
     from cascadebreaker.sidecar.proxy.routes import Route
@@ -104,6 +104,8 @@ class ProxyExchange(FixedExchange):
         if has_body and len(route.pools) > 1 and length is not None and length <= _KEPT_LIMIT:
             self._kept = []
         self.info: RequestInfo | None = None
+        self.admitted = 0
+        self.breaker: CircuitBreaker | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0

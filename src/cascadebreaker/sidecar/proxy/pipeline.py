@@ -32,7 +32,7 @@ from cascadebreaker.sidecar.proxy.stats import LATENCY_BOUNDS
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
 
 if TYPE_CHECKING:
-    from cascadebreaker import Permit
+    from cascadebreaker import CircuitBreaker, Permit
     from cascadebreaker.sidecar.http.wire import RawHeaders
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
@@ -84,6 +84,10 @@ class CallState(Protocol):
     has_body: bool
     resendable: bool  # the driver can send the request again (no body, or one held whole)
     info: RequestInfo | None  # built only when hooks are registered
+    # An admission is held either as `admitted` (a closed breaker's lock-free path: the round,
+    # with `breaker`; 0: none) or as a `permit` (every other path); never both.
+    admitted: int
+    breaker: CircuitBreaker | None
     permit: Permit | None
     attempt: int
     turn: int  # where round robin over the route's instances started this call
@@ -92,7 +96,9 @@ class CallState(Protocol):
 
 
 CALL_SLOTS = (
+    "admitted",
     "attempt",
+    "breaker",
     "client",
     "closed",
     "direction",
@@ -134,6 +140,8 @@ class Call:
         self.has_body = has_body
         self.resendable = resendable
         self.info: RequestInfo | None = None
+        self.admitted = 0
+        self.breaker: CircuitBreaker | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0
@@ -191,6 +199,14 @@ class CallPipeline:
             return None
         if route.endpoints is not None:
             breaker = route.endpoints.breaker_for(call.method, call.path)
+        # `CircuitBreaker.acquire`'s closed path, inlined without its Permit (as the breaker's
+        # own `call` does): the round is all a success needs (`_record`). No store, shared or
+        # not, is asked on this path; a Redis slot counts these successes for the fleet.
+        round_ = breaker._slot.fast
+        if round_ is not None:
+            call.breaker = breaker
+            call.admitted = round_
+            return None
         if route.shared_store and breaker.state is not State.CLOSED:
             return ADMIT_LATER  # off the closed path a shared store may ask Redis
         try:
@@ -342,9 +358,20 @@ class CallPipeline:
         self, call: CallState, success: bool, error: Exception | None, outcome: str
     ) -> None:
         call.route.stats.outcomes[outcome] += 1  # `RouteStats.count`, inlined: once per call
-        permit = call.permit
-        if permit is not None:
+        round_ = call.admitted
+        if round_:
+            call.admitted = 0
+            breaker = call.breaker
+            assert breaker is not None
+            slot = breaker._slot
+            if success and not slot.dirty and slot.fast == round_:
+                slot.successes += 1  # `Permit.success`'s lock-free path, inlined
+                return
+            permit: Permit | None = breaker._fast_permit(round_)  # the rare outcomes
+        else:
+            permit = call.permit
             call.permit = None
+        if permit is not None:
             if success:
                 permit.success()
             else:
@@ -371,6 +398,14 @@ class CallPipeline:
         return True
 
     def _drop_permit(self, call: CallState) -> bool:
+        """Give the call's admission back unrecorded; False when it held none."""
+        round_ = call.admitted
+        if round_:
+            call.admitted = 0
+            breaker = call.breaker
+            assert breaker is not None
+            breaker._fast_permit(round_).ignore()
+            return True
         permit = call.permit
         if permit is None:
             return False
