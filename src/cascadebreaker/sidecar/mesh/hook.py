@@ -401,7 +401,8 @@ class CascadeHook:
             # A call with an alternative upstream has a fallback: its edge is optional.
             learn_get = get if alternative is None else _optional(get)
             decision = self.learner.outbound(upstream, info.method, info.path, learn_get)
-            self.node.send(decision.updates)
+            if decision.updates:  # a known edge changes nothing: the usual case
+                self.node.send(decision.updates)
             callee, refusal, trace_key = decision.callee, decision.refusal, decision.trace_key
         else:
             callee = self.templates.endpoint(upstream, info.method, info.path)
@@ -427,7 +428,13 @@ class CascadeHook:
             _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         token = None
         if self._signs_hops:
-            if bare is not None and upstream == info.target:
+            # The token binds the request line and the learning headers' values: with neither
+            # header (trace context only, say) it is the bare call's, issued once a second.
+            if upstream == info.target and (
+                bare is not None or (not get(SERVING_ENDPOINT_HEADER) and not get(OPTIONAL_HEADER))
+            ):
+                if bare is None:
+                    bare = self._bare_call(upstream, info.method, info.path)
                 now = self._wall()
                 if not bare.second <= now < bare.until:
                     self._sign(bare, now)
