@@ -16,7 +16,6 @@ its response names one with a token that verifies (a plain upstream cannot make 
 from __future__ import annotations
 
 import logging
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cascadebreaker import State
@@ -154,24 +153,31 @@ _MAX_RAW_NAMES = 4096
 _UNSEEN = "-"  # never a header name the cascade reads
 
 # Raw names seen before that the cascade neither reads nor strips (no `ccb-` prefix): when a
-# request's names are all in here, one C-level pass (`issuperset`) settles that it carries
-# nothing for the cascade, with no Python step per header. The same for response names that
-# are not ours (`_OURS`). Both are filled on the slower paths, and bounded.
+# request's names are all in here, one set look-up per name settles that it carries nothing
+# for the cascade (no lower-casing, no dict built). The same for response names that are not
+# ours (`_OURS`). Both are filled on the slower paths, and bounded.
 _PLAIN_REQUEST: set[bytes] = set()
 _NOT_CCB: set[bytes] = set()  # raw names seen before without the `ccb-` prefix (read or not)
 _PLAIN_RESPONSE: set[bytes] = set()
-_name = itemgetter(0)  # (name, value) -> name, called from C by `map`
 _NO_HEADERS: dict[str, str] = {}  # `_read` of a request with none of ours; never written to
 
 
 def _plain_request(headers: RawHeaders) -> bool:
     """True when every request header is one seen before as neither read nor `ccb-*`."""
-    return _PLAIN_REQUEST.issuperset(map(_name, headers))
+    plain = _PLAIN_REQUEST
+    for name, _ in headers:  # noqa: SIM110 - a plain loop: no generator to resume per name
+        if name not in plain:
+            return False
+    return True
 
 
 def _plain_response(headers: RawHeaders) -> bool:
     """True when every response header is one seen before as not ours (`_OURS`)."""
-    return _PLAIN_RESPONSE.issuperset(map(_name, headers))
+    plain = _PLAIN_RESPONSE
+    for name, _ in headers:  # noqa: SIM110 - as above
+        if name not in plain:
+            return False
+    return True
 
 
 def _learn_plain_response(headers: RawHeaders) -> None:
@@ -228,7 +234,11 @@ def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
 
 def _strip_cascade_headers(headers: RawHeaders) -> None:
     """Remove every `ccb-*` header in place: they are for sidecars, never for the app."""
-    if _NOT_CCB.issuperset(map(_name, headers)):  # names seen before (by `_read`), none ours
+    not_ccb = _NOT_CCB  # names seen before (by `_read`) without the prefix
+    for name, _ in headers:
+        if name not in not_ccb:
+            break
+    else:
         return
     for name, _ in headers:  # a plain loop: no generator to resume per header
         if name[:4].lower() == b"ccb-":
@@ -273,9 +283,12 @@ class CascadeHook:
         # Python call per step fewer), the common bare call first.
         headers = info.headers
         upstream = info.target
-        # `_plain_request`, inlined: it runs on every call.
-        plain = _PLAIN_REQUEST.issuperset(map(_name, headers))
-        found = _NO_HEADERS if plain else _read(headers)
+        found = _NO_HEADERS
+        plain = _PLAIN_REQUEST
+        for name, _ in headers:  # `_plain_request`, inlined: it runs on every call
+            if name not in plain:
+                found = _read(headers)
+                break
         if not found and upstream not in self.alternatives:
             # No cascade header, no alternative: name the call (memo), check, sign.
             bare = self._bare.get((upstream, info.method, info.path))
@@ -326,7 +339,11 @@ class CascadeHook:
         # For sidecars only; the app never sees it. Most responses carry only names seen
         # before (one C-level pass); names of its length are rare, so the others are looked
         # through without lower-casing a name.
-        if _PLAIN_RESPONSE.issuperset(map(_name, info.response_headers)):  # `_plain_response`
+        plain = _PLAIN_RESPONSE
+        for name, _ in info.response_headers:  # `_plain_response`, inlined
+            if name not in plain:
+                break
+        else:
             return
         _learn_plain_response(info.response_headers)
         for name, _ in info.response_headers:
