@@ -309,6 +309,69 @@ async def test_a_bare_outbound_call_is_named_anew_once_a_template_is_added() -> 
         runtime.close()
 
 
+async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() -> None:
+    # The hook remembers raw names that carry nothing for it; a request or response with the
+    # cascade's headers among remembered names (any case) is still read and stripped.
+    config = parse_config(
+        {
+            "service": "checkout",
+            "app": "http://127.0.0.1:9",
+            "listen": {"inbound": "127.0.0.1:0", "grpc": None},
+            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
+            "cascade": {"secret": "s"},
+        }
+    )
+    runtime = build_runtime(config)
+    plain = [(b"User-Agent", b"t"), (b"Accept", b"*/*")]
+    answer = [(b"Server", b"t"), (b"Content-Type", b"text/plain")]
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    try:
+        hook = runtime.hooks.hooks[0]
+
+        def call(direction: Direction, headers: list[tuple[bytes, bytes]]) -> RequestInfo:
+            target = "payment" if direction is Direction.OUTBOUND else "checkout"
+            info = RequestInfo(
+                direction,
+                "checkout",
+                target,
+                "GET",
+                "/v1/x",
+                headers,
+                "127.0.0.1",
+                runtime.route_resolver,
+            )
+            assert hook.on_request(info) is None
+            return info
+
+        for _ in range(2):  # seen, then remembered as plain
+            info = call(Direction.INBOUND, list(plain))
+            assert info.headers == plain
+            info.response_headers = list(answer)
+            hook.on_response(info, 200, "success")
+            assert info.response_headers == answer
+            info = call(Direction.OUTBOUND, list(plain))
+            info.response_headers = list(answer)
+            hook.on_response(info, 200, "success")
+            assert info.response_headers == answer
+        sent = [*plain, (b"CCB-Serving-Endpoint", b"GET /a"), (b"Ccb-Other", b"1")]
+        info = call(Direction.INBOUND, [*sent, (b"TraceParent", trace.encode())])
+        assert info.headers == [*plain, (b"TraceParent", trace.encode())]
+        assert info.state[0] == "0af7651916cd43dd8448eb211c80319c"  # the trace began
+        info.response_headers = [*answer, (b"CCB-Sidecar-Grpc", b"x"), (b"CCB-Refusal", b"y")]
+        hook.on_response(info, 200, "success")
+        assert info.response_headers == answer
+        info = call(Direction.OUTBOUND, [*plain, (b"CCB-Hop", b"forged")])
+        [(name, token)] = [
+            (n, v) for n, v in info.headers + info.add_headers if n.lower() == b"ccb-hop"
+        ]
+        assert name == b"ccb-hop" and token != b"forged"  # the app's token is not passed on
+        info.response_headers = [*answer, (b"Ccb-Sidecar-Grpc", b"x")]
+        hook.on_response(info, 200, "success")
+        assert info.response_headers == answer
+    finally:
+        runtime.close()
+
+
 async def test_an_unreachable_peer_is_retried_then_forgotten(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -97,15 +97,16 @@ class Learner:
         self.new_traceparent = new_traceparent
 
     def inbound(
-        self, method: str, path: str, get: HeaderGetter, *, peer_host: str | None
+        self, method: str, path: str, get: HeaderGetter | None, *, peer_host: str | None
     ) -> InboundDecision:
-        """Hook for a request arriving for our app (before it is forwarded)."""
+        """Hook for a request arriving for our app (before it is forwarded); `get` None: the
+        request carries none of the headers it reads (no hop token, no trace context)."""
         endpoint = self.templates.endpoint(self.service, method, path)
         refusal = self.table.check(endpoint)
         if refusal is None and self.trickle is not None:
             self.trickle.forget(endpoint)
         from_sidecar = False
-        token = get(HOP_HEADER)
+        token = get(HOP_HEADER) if get is not None else None
         if token is not None:
             material = hop_material(method, path, get)
             check = self.trust.check(
@@ -117,7 +118,7 @@ class Learner:
         key: str | None = None
         started: str | None = None
         if refusal is None and self.learn_from_traces:
-            key = trace_key_of(get)
+            key = trace_key_of(get) if get is not None else None
             if key is None and self.new_traceparent is not None:
                 started = self.new_traceparent()
                 key = trace_key_of({"traceparent": started}.get)

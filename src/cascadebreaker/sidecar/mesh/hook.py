@@ -61,6 +61,7 @@ _GRPC_SIZE = len(_GRPC)
 _STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
 _GRPC_ONLY = frozenset({_GRPC})
 _OURS = frozenset({_GRPC, REFUSAL_HEADER})  # response headers only a sidecar may send
+_INBOUND = Direction.INBOUND  # a module constant: an enum member read costs a Python call
 
 
 class _Sent(NamedTuple):
@@ -75,12 +76,15 @@ class _BareCall:
     """An outbound call line seen before with none of the headers the cascade reads: its
     callee, and its hop token header while the second the token is stamped with lasts."""
 
-    __slots__ = ("callee", "hop", "material", "second", "sent", "token")
+    __slots__ = ("callee", "hop", "material", "second", "sent", "token", "until")
 
     def __init__(self, callee: Endpoint, material: str) -> None:
         self.callee = callee
         self.material = material  # what the hop token binds (hop_material of the call)
-        self.second = -1  # the token's whole second; -1: none issued yet
+        # The token's whole second [second, until); -1: none issued yet. Two comparisons of
+        # floats decide whether it still holds (no `int()` call per request).
+        self.second = -1.0
+        self.until = -1.0
         self.token = ""
         self.hop = (_HOP, b"")  # the header forwarded with the call
         self.sent = _Sent(None, None, callee)  # what on_response gets (`RequestInfo.state`)
@@ -148,16 +152,57 @@ _READ_RAW: dict[bytes, str | None] = {}
 _MAX_RAW_NAMES = 4096
 _UNSEEN = "-"  # never a header name the cascade reads
 
+# Raw names seen before that the cascade neither reads nor strips (no `ccb-` prefix): when a
+# request's names are all in here, one set look-up per name settles that it carries nothing
+# for the cascade (no lower-casing, no dict built). The same for response names that are not
+# ours (`_OURS`). Both are filled on the slower paths, and bounded.
+_PLAIN_REQUEST: set[bytes] = set()
+_NOT_CCB: set[bytes] = set()  # raw names seen before without the `ccb-` prefix (read or not)
+_PLAIN_RESPONSE: set[bytes] = set()
+_NO_HEADERS: dict[str, str] = {}  # `_read` of a request with none of ours; never written to
+
+
+def _plain_request(headers: RawHeaders) -> bool:
+    """True when every request header is one seen before as neither read nor `ccb-*`."""
+    plain = _PLAIN_REQUEST
+    for name, _ in headers:  # noqa: SIM110 - a plain loop: no generator to resume per name
+        if name not in plain:
+            return False
+    return True
+
+
+def _plain_response(headers: RawHeaders) -> bool:
+    """True when every response header is one seen before as not ours (`_OURS`)."""
+    plain = _PLAIN_RESPONSE
+    for name, _ in headers:  # noqa: SIM110 - as above
+        if name not in plain:
+            return False
+    return True
+
+
+def _learn_plain_response(headers: RawHeaders) -> None:
+    """Remember the response names that are not ours, for `_plain_response`."""
+    if len(_PLAIN_RESPONSE) < _MAX_RAW_NAMES:
+        _PLAIN_RESPONSE.update(n for n, _ in headers if n.lower() not in _OURS)
+
 
 def _read(headers: RawHeaders) -> dict[str, str]:
     """The headers the cascade reads, as a dict built once per request (first value wins)."""
     found: dict[str, str] = {}
+    plain = _PLAIN_REQUEST
     for name, value in headers:
+        if name in plain:  # most names: one set look-up
+            continue
         key = _READ_RAW.get(name, _UNSEEN)
         if key is _UNSEEN:
-            key = _READ.get(name.lower())
+            lower = name.lower()
+            key = _READ.get(lower)
             if len(_READ_RAW) < _MAX_RAW_NAMES:
                 _READ_RAW[name] = key
+                if lower[:4] != b"ccb-":
+                    _NOT_CCB.add(name)
+                    if key is None:
+                        _PLAIN_REQUEST.add(name)
         if key is not None and key not in found:
             found[key] = value.decode("latin-1")
     return found
@@ -165,7 +210,10 @@ def _read(headers: RawHeaders) -> dict[str, str]:
 
 def _take(headers: RawHeaders, names: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
     """Remove headers in place; return them as (lower-case name, value)."""
-    if not any(name.lower() in names for name, _ in headers):
+    for name, _ in headers:  # a plain loop: no generator to resume per header
+        if name.lower() in names:
+            break
+    else:
         return []
     taken = [(n.lower(), v) for n, v in headers if n.lower() in names]
     headers[:] = [(n, v) for n, v in headers if n.lower() not in names]
@@ -186,8 +234,16 @@ def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
 
 def _strip_cascade_headers(headers: RawHeaders) -> None:
     """Remove every `ccb-*` header in place: they are for sidecars, never for the app."""
-    if any(name[:4].lower() == b"ccb-" for name, _ in headers):
-        headers[:] = [(n, v) for n, v in headers if n[:4].lower() != b"ccb-"]
+    not_ccb = _NOT_CCB  # names seen before (by `_read`) without the prefix
+    for name, _ in headers:
+        if name not in not_ccb:
+            break
+    else:
+        return
+    for name, _ in headers:  # a plain loop: no generator to resume per header
+        if name[:4].lower() == b"ccb-":
+            headers[:] = [(n, v) for n, v in headers if n[:4].lower() != b"ccb-"]
+            return
 
 
 class CascadeHook:
@@ -221,13 +277,18 @@ class CascadeHook:
 
     def on_request(self, info: RequestInfo) -> Rejection | None:
         """Refuse, learn, strip or add headers, reroute."""
-        if info.direction is Direction.INBOUND:
+        if info.direction is _INBOUND:
             return self._inbound(info)
         # Outbound: the most frequent call of all, so its steps are written here (one
         # Python call per step fewer), the common bare call first.
         headers = info.headers
         upstream = info.target
-        found = _read(headers)
+        found = _NO_HEADERS
+        plain = _PLAIN_REQUEST
+        for name, _ in headers:  # `_plain_request`, inlined: it runs on every call
+            if name not in plain:
+                found = _read(headers)
+                break
         if not found and upstream not in self.alternatives:
             # No cascade header, no alternative: name the call (memo), check, sign.
             bare = self._bare.get((upstream, info.method, info.path))
@@ -237,7 +298,7 @@ class CascadeHook:
             if refusal is None or _own_breaker(refusal, upstream, bare.callee):
                 if self._signs_hops:
                     now = self._wall()
-                    if bare.second != int(now):
+                    if not bare.second <= now < bare.until:
                         self._sign(bare, now)
                     info.add_headers.append(bare.hop)
                     info.state = bare.sent
@@ -248,17 +309,21 @@ class CascadeHook:
 
     def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
         """End the trace of an inbound request; discover the sidecar behind an upstream."""
-        if info.direction is Direction.INBOUND:
+        if info.direction is _INBOUND:
             state = info.state
             if state is None:
                 return
             trace_key, caller_hop, sent_hop = state
-            succeeded = outcome != "failure" and status < 600 and self.node.success[status]
-            self.node.send(self.learner.inbound_done(trace_key, succeeded))
+            if trace_key is not None:  # no trace: nothing to end, no evidence to weigh
+                succeeded = outcome != "failure" and status < 600 and self.node.success[status]
+                self.node.send(self.learner.inbound_done(trace_key, succeeded))
             # Only we name our address and mark refusals: one pass takes both from the app's.
-            refusals = [v for n, v in _take(info.response_headers, _OURS) if n == REFUSAL_HEADER]
-            if refusals and status == 503:
-                self._reseal_relayed_refusal(info, refusals[0], sent_hop)
+            if not _plain_response(info.response_headers):
+                _learn_plain_response(info.response_headers)
+                taken = _take(info.response_headers, _OURS)
+                refusals = [v for n, v in taken if n == REFUSAL_HEADER]
+                if refusals and status == 503:
+                    self._reseal_relayed_refusal(info, refusals[0], sent_hop)
             if caller_hop is not None and outcome != "rejected":
                 claim = self.node.peer_claim(caller_hop)
                 if claim is not None:
@@ -271,8 +336,16 @@ class CascadeHook:
             self.learner.call_failed(sent.trace_key, sent.callee)
         elif sent.trace_key is not None:  # a retry that succeeded undoes the failure's evidence
             self.learner.call_succeeded(sent.trace_key, sent.callee)
-        # For sidecars only; the app never sees it. Names of its length are rare: most
-        # responses are looked through without lower-casing a name.
+        # For sidecars only; the app never sees it. Most responses carry only names seen
+        # before (one C-level pass); names of its length are rare, so the others are looked
+        # through without lower-casing a name.
+        plain = _PLAIN_RESPONSE
+        for name, _ in info.response_headers:  # `_plain_response`, inlined
+            if name not in plain:
+                break
+        else:
+            return
+        _learn_plain_response(info.response_headers)
         for name, _ in info.response_headers:
             if len(name) == _GRPC_SIZE and name.lower() == _GRPC:
                 claims = _strip(info.response_headers, _GRPC_ONLY)
@@ -292,9 +365,12 @@ class CascadeHook:
 
     def _inbound(self, info: RequestInfo) -> Rejection | None:
         headers = info.headers
-        get = _read(headers).get
+        plain = _plain_request(headers)  # nothing to learn from, nothing to strip
+        get = _NO_HEADERS.get if plain else _read(headers).get
         if self.learning:
-            decision = self.learner.inbound(info.method, info.path, get, peer_host=info.client)
+            decision = self.learner.inbound(
+                info.method, info.path, None if plain else get, peer_host=info.client
+            )
             endpoint, refusal = decision.endpoint, decision.refusal
             trace_key, from_sidecar = decision.trace_key, decision.from_sidecar
             if decision.started_trace is not None:  # `start_traces`: the app joins our trace
@@ -312,7 +388,8 @@ class CascadeHook:
             mark = seal(self.node.secret, ENDPOINT_UNAVAILABLE, sent_hop)
             return CascadeRejection("endpoint unavailable", names, refusal, self._wall(), mark)
         # The app never needs the cascade's headers; passed on, they could steer its calls.
-        _strip_cascade_headers(headers)
+        if not plain:
+            _strip_cascade_headers(headers)
         caller_hop = sent_hop if from_sidecar and self._signs_hops else None
         info.state = (trace_key, caller_hop, sent_hop)
         return None
@@ -341,7 +418,8 @@ class CascadeHook:
             # A call with an alternative upstream has a fallback: its edge is optional.
             learn_get = get if alternative is None else _optional(get)
             decision = self.learner.outbound(upstream, info.method, info.path, learn_get)
-            self.node.send(decision.updates)
+            if decision.updates:  # a known edge changes nothing: the usual case
+                self.node.send(decision.updates)
             callee, refusal, trace_key = decision.callee, decision.refusal, decision.trace_key
         else:
             callee = self.templates.endpoint(upstream, info.method, info.path)
@@ -367,9 +445,15 @@ class CascadeHook:
             _strip(headers, _STRIP_OUTBOUND)  # the app must not pass another hop's token on
         token = None
         if self._signs_hops:
-            if bare is not None and upstream == info.target:
+            # The token binds the request line and the learning headers' values: with neither
+            # header (trace context only, say) it is the bare call's, issued once a second.
+            if upstream == info.target and (
+                bare is not None or (not get(SERVING_ENDPOINT_HEADER) and not get(OPTIONAL_HEADER))
+            ):
+                if bare is None:
+                    bare = self._bare_call(upstream, info.method, info.path)
                 now = self._wall()
-                if bare.second != int(now):
+                if not bare.second <= now < bare.until:
                     self._sign(bare, now)
                 token = bare.token
                 info.add_headers.append(bare.hop)
@@ -407,7 +491,8 @@ class CascadeHook:
         bare.token = token
         bare.hop = (_HOP, token.encode("latin-1"))
         bare.sent = _Sent(token, None, bare.callee)
-        bare.second = int(now)
+        bare.second = float(int(now))
+        bare.until = bare.second + 1.0
 
     def _breaker_open(self, upstream: str) -> bool:
         route = self.runtime.routes.get(upstream)
