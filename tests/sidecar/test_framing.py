@@ -337,3 +337,94 @@ def test_a_declared_length_reads_as_int_would(digits: str) -> None:
     assert response_framing(200, False, [value], False) == (int(digits), int(digits))
     assert response_framing(200, False, [b" " + value + b"\t"], False)[0] == int(digits)
     assert request_framing([value], None, False) == int(digits)
+
+
+# -- versions and keep-alive, as the reader decides them -------------------------------------
+
+_V11 = b"GET /a HTTP/1.1\r\nhost: a\r\n\r\n"
+_V11_CLOSE = b"GET /b HTTP/1.1\r\nhost: a\r\nConnection: close\r\n\r\n"
+_V11_KEEP = b"GET /c HTTP/1.1\r\nhost: a\r\nconnection: keep-alive\r\n\r\n"
+_V10 = b"GET /d HTTP/1.0\r\nhost: a\r\n\r\n"
+_V10_KEEP = b"GET /e HTTP/1.0\r\nhost: a\r\nconnection: keep-alive\r\n\r\n"
+_V10_KEEP_TITLE = b"GET /f HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
+_V10_KEEP_LISTED = b"GET /g HTTP/1.0\r\nconnection: x-hop, KEEP-ALIVE\r\nx-hop: 1\r\n\r\n"
+_V10_PROXY_KEEP = b"GET /h HTTP/1.0\r\nProxy-Connection: keep-alive\r\n\r\n"
+_V10_KEEP_UPGRADE = b"GET /i HTTP/1.0\r\nupgrade: websocket\r\nconnection: keep-alive\r\n\r\n"
+
+# (request bytes, http10, keep_alive) as the reader hands them on.
+_VERSIONS = [
+    (_V11, False, True),
+    (_V11_CLOSE, False, False),
+    (_V11_KEEP, False, True),
+    (_V10, True, False),
+    (_V10_KEEP, True, True),
+    (_V10_KEEP_TITLE, True, True),
+    (_V10_KEEP_LISTED, True, True),
+    (_V10_PROXY_KEEP, True, True),
+    (_V10_KEEP_UPGRADE, True, True),
+]
+
+
+def _read(data: bytes, *pieces: int) -> tuple[_Recorder, _Transport]:
+    recorder = _Recorder()
+    conn = ServerConnection(recorder, Limits(), ConnectionTracker())
+    transport = _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]  # a stand-in transport
+    start = 0
+    for end in (*pieces, len(data)):
+        conn.data_received(data[start:end])
+        start = end
+    return recorder, transport
+
+
+@pytest.mark.parametrize(("data", "http10", "keep_alive"), _VERSIONS)
+async def test_the_version_and_keep_alive_of_a_request(
+    data: bytes, http10: bool, keep_alive: bool
+) -> None:
+    """HTTP/1.0 is told apart from 1.1 however keep-alive is asked for (a Connection token,
+    any case, in a list, or llhttp's Proxy-Connection), and a 1.0 request is never upgraded."""
+    recorder, transport = _read(data)
+    assert transport.written == b""
+    [(request, _)] = recorder.requests
+    assert (request.http10, request.keep_alive) == (http10, keep_alive)
+    assert request.upgrade == b""
+    assert b"x-hop" not in [name for name, _ in request.headers]
+
+
+async def test_versions_are_read_per_request_on_one_connection() -> None:
+    """Pipelined requests of both versions, in every order, through one parser: what one
+    request's headers said never carries over to the next."""
+    requests = [entry for entry in _VERSIONS if entry[2]]  # kept alive: the connection goes on
+    sequence = [*requests, *reversed(requests), *requests[::2], *requests[1::2]]
+    data = b"".join(entry[0] for entry in sequence)
+    for pieces in ((), tuple(range(1, len(data)))):  # all at once, then byte by byte
+        recorder, transport = _read(data, *pieces)
+        assert transport.written == b""
+        got = [(request.http10, request.keep_alive) for request, _ in recorder.requests]
+        assert got == [(http10, keep_alive) for _, http10, keep_alive in sequence]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET / HTTP/2.0\r\nconnection: keep-alive\r\n\r\n",
+        b"GET / HTTP/2.0\r\n\r\n",
+        b"GET / HTTP/0.9\r\nproxy-connection: keep-alive\r\n\r\n",
+        b"GET / HTTP/0.9\r\n\r\n",
+    ],
+)
+async def test_other_versions_are_refused_even_when_kept_alive(data: bytes) -> None:
+    recorder, transport = _read(data)
+    assert recorder.requests == []
+    assert transport.written.startswith(b"HTTP/1.1 400 ")
+    assert b"unsupported HTTP version" in transport.written
+    assert transport.closed
+
+
+async def test_a_websocket_handshake_needs_http11() -> None:
+    handshake = b"upgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-key: x\r\n\r\n"
+    recorder, _ = _read(b"GET /ws HTTP/1.1\r\nhost: a\r\n" + handshake)
+    assert recorder.requests[0][0].upgrade == b"websocket"
+    recorder, _ = _read(b"GET /ws HTTP/1.0\r\nhost: a\r\n" + handshake)
+    [(request, _)] = recorder.requests
+    assert request.http10 and request.upgrade == b""

@@ -332,6 +332,48 @@ def test_http10_keep_alive_client(sidecar: SidecarProcess) -> None:
             assert b"connection: keep-alive" in data.lower()
 
 
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_http10_and_http11_requests_on_one_connection_are_framed_each_for_its_version(
+    sidecar: SidecarProcess,
+) -> None:
+    """An undelimited body reaches a kept-alive HTTP/1.0 client delimited by close, never
+    chunked, and an HTTP/1.1 one chunked: each request's version is its own, whatever the
+    requests before it on the connection said."""
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=10) as sock:
+        sock.sendall(
+            b"GET /payment/one HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"GET /payment/close-delimited HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
+        )
+        data = _read_until_closed(sock)
+    first, _, second = data.partition(b"ok /one")
+    assert first.startswith(b"HTTP/1.1 200") and b"content-length: 7" in first.lower()
+    head, _, body = second.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower()
+    assert b"connection: close" in head.lower()
+    assert body == b"until the end"
+
+    with socket.create_connection(("127.0.0.1", sidecar.ports["outbound"]), timeout=10) as sock:
+        sock.sendall(
+            b"GET /payment/one HTTP/1.0\r\nconnection: keep-alive\r\n\r\n"
+            b"GET /payment/close-delimited HTTP/1.1\r\nhost: x\r\n\r\n"
+            b"GET /payment/two HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        )
+        data = _read_until_closed(sock)
+    first, _, rest = data.partition(b"ok /one")
+    assert b"connection: keep-alive" in first.lower()
+    second, _, third = rest.partition(b"0\r\n\r\n")
+    assert b"transfer-encoding: chunked" in second.lower()
+    assert b"until the end" in second
+    assert third.startswith(b"HTTP/1.1 200") and third.endswith(b"ok /two")
+    assert b"connection: close" in third.lower()
+
+
 def _rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:

@@ -71,6 +71,8 @@ class RequestReader:
         self._expect = False
         self._upgrade: bytes | None = None
         self._connection: list[bytes] = []
+        # A Connection-like header was read: only then can a kept-alive request be HTTP/1.0.
+        self._version_unsure = False
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -87,6 +89,7 @@ class RequestReader:
         self._encodings = None
         self._expect = False
         self._upgrade = None
+        self._version_unsure = False
         if self._connection:
             self._connection = []
 
@@ -127,12 +130,15 @@ class RequestReader:
             else:
                 self._encodings.append(value)
         elif kind == CONNECTION:
+            self._version_unsure = True
             if value not in PLAIN_CONNECTION:
                 self._connection.append(value)
         elif kind == EXPECT:
             self._expect = value.lower() == b"100-continue"
         elif kind == UPGRADE:
             self._upgrade = value
+        else:  # HOP: llhttp reads Proxy-Connection as Connection (a keep-alive token counts)
+            self._version_unsure = True
 
     def on_headers_complete(self) -> None:
         """Validate framing, then hand the request to the listener's handler."""
@@ -141,9 +147,17 @@ class RequestReader:
         request = RequestHead(parser.get_method(), self._url, self._headers)
         if request.method == b"CONNECT":
             raise BadRequest("CONNECT is not supported", 405)
-        version = parser.get_http_version()
-        if version != "1.1" and version != "1.0":
-            raise BadRequest(f"unsupported HTTP version {version}")
+        keep_alive = parser.should_keep_alive()
+        if keep_alive and not self._version_unsure:
+            # llhttp keeps a request's connection without a (Proxy-)Connection keep-alive token
+            # only for HTTP/1.1 (the one version with major and minor above 0 it accepts), so
+            # the version, costly to ask for (a str is formatted), is known.
+            http10 = False
+        else:
+            version = parser.get_http_version()
+            if version != "1.1" and version != "1.0":
+                raise BadRequest(f"unsupported HTTP version {version}")
+            http10 = version == "1.0"
         upgrade = self._upgrade is not None and upgrade_requested(self._connection, self._upgrade)
         if self._lengths is not None or self._encodings is not None:
             length = request_framing(self._lengths, self._encodings, upgrade)
@@ -153,8 +167,8 @@ class RequestReader:
         request.expect_continue = self._expect
         if self._connection:
             request.headers = drop_connection_tokens(request.headers, self._connection)
-        request.keep_alive = parser.should_keep_alive() and not self.tracker.draining
-        request.http10 = version == "1.0"
+        request.keep_alive = keep_alive and not self.tracker.draining
+        request.http10 = http10
         request.client = self.client
         if upgrade and not request.http10 and b"websocket" in (self._upgrade or b"").lower():
             # A WebSocket handshake: its Upgrade header is forwarded, and a 101 answer turns
