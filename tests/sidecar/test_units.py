@@ -7,11 +7,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from cascadebreaker.sidecar.http import wire
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import RequestHead
+from cascadebreaker.sidecar.http.kind_cache import HEADER_KINDS
 from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
 from cascadebreaker.sidecar.http.wire import (
+    CONNECTION,
+    CONTENT_LENGTH,
+    END_TO_END,
+    EXPECT,
+    HOP,
+    HOST,
+    TRANSFER_ENCODING,
+    UPGRADE,
     drop_connection_tokens,
     header_kind,
     response_head,
@@ -182,6 +194,57 @@ def test_header_kinds_and_connection_tokens() -> None:
         (b"X-Keep", b"2")
     ]
     assert drop_connection_tokens(headers, [b"keep-alive"]) is headers
+
+
+_KINDS = {
+    b"connection": CONNECTION,
+    b"keep-alive": HOP,
+    b"proxy-connection": HOP,
+    b"proxy-authenticate": HOP,
+    b"proxy-authorization": HOP,
+    b"te": HOP,
+    b"trailer": HOP,
+    b"transfer-encoding": TRANSFER_ENCODING,
+    b"upgrade": UPGRADE,
+    b"content-length": CONTENT_LENGTH,
+    b"host": HOST,
+    b"expect": EXPECT,
+}
+
+
+@st.composite
+def _header_names(draw: st.DrawFn) -> bytes:
+    """Special names in random case, near misses of them, and any other bytes."""
+    name = draw(st.sampled_from(sorted(_KINDS)))
+    cased = bytes(c ^ 0x20 if chr(c).isalpha() and draw(st.booleans()) else c for c in name)
+    if draw(st.booleans()):
+        return cased
+    at = draw(st.integers(0, len(cased) - 1))
+    flipped = cased[:at] + bytes([cased[at] ^ draw(st.sampled_from([0x01, 0x20, 0x40, 0x80]))])
+    return draw(st.sampled_from([flipped + cased[at + 1 :], cased[:at], cased + b"x"]))
+
+
+@given(st.one_of(_header_names(), st.binary(max_size=24)))
+def test_header_kind_is_the_kind_of_the_lower_cased_name(name: bytes) -> None:
+    """Every spelling of a special name, and nothing else, is classified (ASCII case only);
+    the same by the raw-spelling cache, the first time and after."""
+    expected = _KINDS.get(name.lower(), END_TO_END)
+    assert header_kind(name) == HEADER_KINDS[name] == HEADER_KINDS[name] == expected
+
+
+def test_header_kinds_of_common_spellings() -> None:
+    for lower, kind in _KINDS.items():
+        assert header_kind(lower) == header_kind(lower.upper()) == kind
+        assert header_kind(lower.title()) == header_kind(lower.capitalize()) == kind
+    for name in (b"Date", b"Server", b"Accept", b"User-Agent", b"Content-Type", b"hosts", b""):
+        assert header_kind(name) == END_TO_END
+    assert header_kind("Host".encode("utf-16-le")) == END_TO_END
+    assert header_kind(b"\xc8ost") == END_TO_END  # 0xc8 | 0x20 is not "h"
+
+
+def test_the_build_picks_the_header_classification() -> None:
+    """Compiled, the callbacks compare candidates; interpreted, they ask the cache first."""
+    assert wire.COMPILED is not wire.__file__.endswith(".py")
 
 
 def test_retry_budget_allows_a_ratio_plus_a_floor() -> None:

@@ -1,6 +1,7 @@
 """The HTTP/1.1 layer: wire helpers, body framing (pure), server connections, limits, tunnels.
 
     wire.py        header kinds, hop-by-hop rules, heads, JSON replies
+    kind_cache.py  header kinds by raw spelling (the interpreted build's per-header path)
     framing.py     body framing and smuggling rules, decided in one place (sans-I/O)
     exchange.py    RequestHead, and the Exchange / RequestHandler / TunnelEnd interfaces
     connection.py  ServerConnection: an asyncio.Protocol over httptools

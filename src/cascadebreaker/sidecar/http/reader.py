@@ -20,13 +20,14 @@ from cascadebreaker.sidecar.http.framing import (
     request_framing,
     upgrade_requested,
 )
+from cascadebreaker.sidecar.http.kind_cache import HEADER_KINDS
 from cascadebreaker.sidecar.http.limits import Limits
 from cascadebreaker.sidecar.http.wire import (
+    COMPILED,
     CONNECTION,
     CONTENT_LENGTH,
     END_TO_END,
     EXPECT,
-    HEADER_KINDS,
     HOST,
     PLAIN_CONNECTION,
     TRANSFER_ENCODING,
@@ -108,9 +109,7 @@ class RequestReader:
             if self._header_count > self._max_headers:
                 raise BadRequest("too many request header fields", 431)
             raise BadRequest("request header fields too large", 431)
-        kind = HEADER_KINDS.get(name)
-        if kind is None:
-            kind = header_kind(name)
+        kind = header_kind(name) if COMPILED else HEADER_KINDS[name]
         if kind == END_TO_END:
             self._headers.append((name, value))
         elif kind == HOST:

@@ -22,12 +22,13 @@ from cascadebreaker.sidecar.http.framing import (
     UNTIL_CLOSE,
     response_framing,
 )
+from cascadebreaker.sidecar.http.kind_cache import HEADER_KINDS
 from cascadebreaker.sidecar.http.wire import (
+    COMPILED,
     CONNECTION,
     CONTENT_LENGTH,
     END_TO_END,
     EXPECT,
-    HEADER_KINDS,
     HOST,
     PLAIN_CONNECTION,
     TRANSFER_ENCODING,
@@ -213,9 +214,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One response header: end-to-end ones are kept, framing ones noted, hop-by-hop dropped."""
-        kind = HEADER_KINDS.get(name)
-        if kind is None:
-            kind = header_kind(name)
+        kind = header_kind(name) if COMPILED else HEADER_KINDS[name]
         if kind in (END_TO_END, HOST, EXPECT):
             self._headers.append((name, value))
         elif kind == CONTENT_LENGTH:
