@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -26,6 +27,7 @@ from cascadebreaker.sidecar.http.wire import (
     UPGRADE,
     drop_connection_tokens,
     header_kind,
+    request_head,
     response_head,
     status_line,
 )
@@ -381,3 +383,33 @@ def test_status_lines_follow_the_reason_asked_for_each_time() -> None:
     assert status_line(599) == b"HTTP/1.1 599 Unknown\r\n"
     head = response_head(404, b"Gone Fishing", [(b"x-a", b"1")], b"content-length: 0\r\n")
     assert head == b"HTTP/1.1 404 Gone Fishing\r\nx-a: 1\r\ncontent-length: 0\r\n\r\n"
+
+
+_TOKEN = st.binary(max_size=12)
+_HEADERS = st.lists(st.tuples(_TOKEN, _TOKEN), max_size=6)
+
+
+@given(_TOKEN, _TOKEN, _TOKEN, _HEADERS, _TOKEN)
+def test_request_head_layout(
+    method: bytes, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]], framing: bytes
+) -> None:
+    """Each build's way of making a head (compiled, the constant stays as built: one way)."""
+    expected = method + b" " + target + b" HTTP/1.1\r\nhost: " + host + b"\r\n"
+    expected += b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    expected += framing + b"\r\n"
+    for compiled in (False, True):
+        with mock.patch.object(wire, "COMPILED", compiled):
+            assert request_head(method, target, host, headers, framing) == expected
+            assert request_head(method, target, host, iter(headers), framing) == expected
+
+
+@given(st.integers(100, 999), _TOKEN, _HEADERS, _TOKEN)
+def test_response_head_layout(
+    status: int, reason: bytes, headers: list[tuple[bytes, bytes]], framing: bytes
+) -> None:
+    expected = status_line(status, reason)
+    expected += b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    expected += framing + b"\r\n"
+    for compiled in (False, True):
+        with mock.patch.object(wire, "COMPILED", compiled):
+            assert response_head(status, reason, headers, framing) == expected

@@ -96,6 +96,12 @@ def drop_connection_tokens(headers: RawHeaders, connection_values: list[bytes]) 
 
 
 CRLF: Final = b"\r\n"
+# Heads, by build. Compiled, `b"%b: %b\r\n" % (name, value)` of bytes is one allocation and a
+# copy of each piece (no format parsing): a line a header, appended and joined, costs less than
+# four pieces a header. Interpreted, `%` parses its format each time and every append is a
+# method call: the lines are made by joins that run in C (`name: value`, CRLF between), no
+# Python per header. Each way measured cheaper only in its own build.
+_NAME_VALUE: Final = b": ".join
 LAST_CHUNK: Final = b"0\r\n\r\n"
 
 
@@ -124,16 +130,18 @@ def request_head(
     framing: bytes,
 ) -> bytes:
     """Serialise a request head; `framing` is a ready `content-length: n\\r\\n` line or empty."""
-    parts = [method, b" ", target, b" HTTP/1.1\r\nhost: ", host, CRLF]
-    # One append per piece: compiled, that is a C call each (`+=` a tuple built and copied).
-    for name, value in headers:
-        parts.append(name)
-        parts.append(b": ")
-        parts.append(value)
-        parts.append(CRLF)
-    parts.append(framing)
-    parts.append(CRLF)
-    return b"".join(parts)
+    if COMPILED:
+        lines = [b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (method, target, host)]
+        for name, value in headers:
+            lines.append(b"%b: %b\r\n" % (name, value))
+        lines.append(framing)
+        lines.append(CRLF)
+        return b"".join(lines)
+    joined = CRLF.join(map(_NAME_VALUE, headers))
+    end = CRLF if joined else b""
+    return b"".join(
+        (method, b" ", target, b" HTTP/1.1\r\nhost: ", host, CRLF, joined, end, framing, CRLF)
+    )
 
 
 _REASONS: Final = {s.value: s.phrase.encode() for s in HTTPStatus}
@@ -159,15 +167,16 @@ def response_head(
     status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], framing: bytes
 ) -> bytes:
     """Serialise a response head; `framing` carries content-length/transfer-encoding/connection."""
-    parts = [status_line(status, reason)]
-    for name, value in headers:
-        parts.append(name)
-        parts.append(b": ")
-        parts.append(value)
-        parts.append(CRLF)
-    parts.append(framing)
-    parts.append(CRLF)
-    return b"".join(parts)
+    if COMPILED:
+        lines = [status_line(status, reason)]
+        for name, value in headers:
+            lines.append(b"%b: %b\r\n" % (name, value))
+        lines.append(framing)
+        lines.append(CRLF)
+        return b"".join(lines)
+    joined = CRLF.join(map(_NAME_VALUE, headers))
+    end = CRLF if joined else b""
+    return b"".join((status_line(status, reason), joined, end, framing, CRLF))
 
 
 def chunk(data: bytes) -> list[bytes]:
