@@ -95,6 +95,39 @@ def test_unknown_upstream_is_404_json_naming_it(sidecar: SidecarProcess) -> None
     assert response.json() == {"error": "unknown upstream", "upstream": "shipping"}
 
 
+def test_each_request_on_a_connection_reaches_its_own_upstream(
+    sidecar_factory: Any, upstream: Upstream
+) -> None:
+    """Upstreams named by path and by Host, alternating on one connection, with unknown ones
+    between: the upstream (and the Host's name) of one request never leaks into the next."""
+    sidecar = sidecar_factory(
+        {name: {"url": upstream.url, "timeout": 5} for name in ("payment", "ledger")}
+    )
+    calls = [
+        ("/payment/a", None, 200),
+        ("/ledger/b", None, 200),
+        ("/ledger/c", None, 200),
+        ("/shipping/d", None, 404),
+        ("/ledger/e", None, 200),
+        ("/v1/f", "payment", 200),
+        ("/v1/g", "Ledger:8080", 200),
+        ("/v1/h", "shipping", 404),  # not an upstream: the path's first segment, v1, is not
+        ("/payment/i", "shipping", 200),
+        ("/payment/j", "ledger", 200),  # the Host names an upstream: the path goes to it whole
+        ("/Payment/k", None, 200),
+    ]
+    with httpx.Client(timeout=10) as client:
+        for path, host, status in calls:
+            headers = {"host": host} if host else {}
+            response = client.get(sidecar.url("outbound") + path, headers=headers)
+            assert response.status_code == status, path
+    seen = [r["path"] for r in upstream.state.requests]
+    assert seen == ["/a", "/b", "/c", "/e", "/v1/f", "/v1/g", "/i", "/payment/j", "/k"]
+    breakers = sidecar.status()["breakers"]
+    assert breakers["payment"]["calls"]["success"] == 4
+    assert breakers["ledger"]["calls"]["success"] == 5
+
+
 def test_hop_by_hop_headers_are_not_forwarded(sidecar: SidecarProcess) -> None:
     headers = {
         "connection": "keep-alive, x-secret-hop",

@@ -156,6 +156,10 @@ def _request(target: bytes, host: bytes = b"") -> RequestHead:
         (b"/payment/v1/charges", b"127.0.0.1:15001", (b"payment", b"/v1/charges")),
         (b"/payment", b"", (b"payment", b"/")),
         (b"/payment?x=1", b"", (b"payment", b"/?x=1")),
+        (b"/payment?x=1/y", b"", (b"payment", b"/?x=1/y")),
+        (b"/?x", b"", (b"", b"/?x")),
+        (b"//x", b"", (b"", b"/x")),
+        (b"/", b"", (b"", b"/")),
         (b"/v1/charges", b"payment", (b"payment", b"/v1/charges")),
         (b"/v1/charges", b"Payment:8080", (b"payment", b"/v1/charges")),
         (b"http://payment/v1/x?y=2", b"payment", (b"payment", b"/v1/x?y=2")),
@@ -169,6 +173,36 @@ def test_outbound_target_resolution(
     target: bytes, host: bytes, expected: tuple[bytes, bytes] | None
 ) -> None:
     assert split_outbound_target(_request(target, host), {b"payment": object()}) == expected
+
+
+def _first_segment_by_find(target: bytes) -> tuple[bytes, bytes]:
+    """The origin form's reading, spelled with `find` (the way it was first written)."""
+    end = target.find(b"/", 1)
+    query = target.find(b"?", 1)
+    if end < 0 or 0 < query < end:
+        end = query
+    if end < 0:
+        end = len(target)
+    path = target[end:]
+    if path[:1] == b"?":
+        path = b"/" + path
+    return target[1:end], path or b"/"
+
+
+@given(
+    st.lists(st.sampled_from([b"/", b"?", b"payment", b"x", b"=", b"#"]), max_size=8),
+    st.sampled_from([b"", b"bench", b"payment", b"PAYMENT:80", b"other:1"]),
+)
+def test_origin_form_targets_split_as_find_reads_them(pieces: list[bytes], host: bytes) -> None:
+    """Any origin-form target, with or without a Host (the last one resolved remembered or
+    not): the upstream named by Host, else the first segment, as `find` would split it."""
+    target = b"/" + b"".join(pieces)
+    for _ in range(2):  # the second time, the Host is the last one resolved
+        split = split_outbound_target(_request(target, host), {b"payment": object()})
+        if host.split(b":")[0].lower() == b"payment":
+            assert split == (b"payment", target)
+        else:
+            assert split == _first_segment_by_find(target)
 
 
 @pytest.mark.parametrize(
