@@ -67,13 +67,18 @@ FAIL: Final = 3  # recorded; answer the error
 # Methods a retry cannot make act twice (RFC 9110 §9.2.2).
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 _MAX_REPLAYS = 2
+_NO_SLOTS: Final[tuple[str, ...]] = ()
 
 
 class CallState(Protocol):
     """One call as the pipeline sees it: where it goes, its permit, its attempts.
 
     A driver's own per-call object carries these attributes (the HTTP exchange does, in its
-    slots: a request allocates nothing more), or the driver uses `Call`."""
+    slots: a request allocates nothing more), or the driver uses `Call`. The call classes name
+    it as a base: compiled, a Protocol is a mypyc trait, so the pipeline reads and writes
+    these attributes natively (through a structural type each was a generic getattr)."""
+
+    __slots__ = _NO_SLOTS  # adds no instance dict (a name: mypy checks the subclasses' slots)
 
     direction: Direction
     route: Route  # the upstream; a hook may reroute it to an alternative
@@ -115,7 +120,7 @@ CALL_SLOTS = (
 )
 
 
-class Call:
+class Call(CallState):
     """A call of the async driver."""
 
     __slots__ = CALL_SLOTS
