@@ -30,7 +30,13 @@ from cascadebreaker.cascade import (
 from cascadebreaker.cascade.updates import chain_to_list
 from cascadebreaker.contract import Reason, rejection_body
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
-from cascadebreaker.sidecar.proxy.hooks import CAUSE_HEADER, Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import (
+    CAUSE_HEADER,
+    Direction,
+    Rejection,
+    RequestHook,
+    RequestInfo,
+)
 from cascadebreaker.sidecar.proxy.refusals import (
     ENDPOINT_UNAVAILABLE,
     REFUSAL_HEADER,
@@ -246,8 +252,11 @@ def _strip_cascade_headers(headers: RawHeaders) -> None:
             return
 
 
-class CascadeHook:
-    """The cascade's `RequestHook` (one instance serves both directions)."""
+class CascadeHook(RequestHook):
+    """The cascade's `RequestHook` (one instance serves both directions).
+
+    It names the Protocol as its base: compiled, the hook chain calls it through mypyc's trait
+    vtable instead of a generic method call."""
 
     def __init__(self, node: CascadeNode) -> None:
         self.node = node
