@@ -82,9 +82,25 @@ class _BareCall:
     """An outbound call line seen before with none of the headers the cascade reads: its
     callee, and its hop token header while the second the token is stamped with lasts."""
 
-    __slots__ = ("callee", "hop", "material", "second", "sent", "token", "until")
+    __slots__ = (
+        "callee",
+        "hop",
+        "material",
+        "method",
+        "path",
+        "second",
+        "sent",
+        "token",
+        "until",
+        "upstream",
+    )
 
-    def __init__(self, callee: Endpoint, material: str) -> None:
+    def __init__(
+        self, upstream: str, method: str, path: str, callee: Endpoint, material: str
+    ) -> None:
+        self.upstream = upstream  # the call line it names (its key in `CascadeHook._bare`)
+        self.method = method
+        self.path = path
         self.callee = callee
         self.material = material  # what the hop token binds (hop_material of the call)
         # The token's whole second [second, until); -1: none issued yet. Two comparisons of
@@ -283,6 +299,9 @@ class CascadeHook(RequestHook):
         # (upstream, method, path) -> _BareCall: the common outbound call, named once.
         self._bare: dict[tuple[str, str, str], _BareCall] = {}
         self._bare_version = self.templates.version
+        # The last one used: an app calls the same line again and again, and comparing it
+        # costs less than hashing the request's fresh method and path strings for the memo.
+        self._last_bare: _BareCall | None = None
 
     def on_request(self, info: RequestInfo) -> Rejection | None:
         """Refuse, learn, strip or add headers, reroute."""
@@ -300,9 +319,15 @@ class CascadeHook(RequestHook):
                 break
         if not found and upstream not in self.alternatives:
             # No cascade header, no alternative: name the call (memo), check, sign.
-            bare = self._bare.get((upstream, info.method, info.path))
-            if bare is None or self._bare_version != self.templates.version:
-                bare = self._bare_call(upstream, info.method, info.path)
+            bare = self._last_bare
+            if (
+                bare is None
+                or bare.path != info.path
+                or bare.method != info.method
+                or bare.upstream != upstream
+                or self._bare_version != self.templates.version
+            ):
+                bare = self._last_bare = self._bare_call(upstream, info.method, info.path)
             refusal = self.table.check(bare.callee)
             if refusal is None or _own_breaker(refusal, upstream, bare.callee):
                 if self._signs_hops:
@@ -486,7 +511,9 @@ class CascadeHook(RequestHook):
         if bare is None:
             callee = self.templates.endpoint(upstream, method, path)
             base = self._base_paths.get(upstream, "")
-            bare = _BareCall(callee, hop_material(method, base + path, None))
+            bare = _BareCall(
+                upstream, method, path, callee, hop_material(method, base + path, None)
+            )
             if len(memo) >= _MAX_BARE_CALLS:
                 memo.clear()  # cheap bound; refills with the hot call lines
             memo[key] = bare
