@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from cascadebreaker import CircuitOpenError, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
@@ -37,6 +37,20 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.http.wire import RawHeaders
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+
+
+_C = TypeVar("_C")
+
+
+def _unmarked(cls: _C) -> _C:
+    return cls
+
+
+try:  # compiled, `trait` makes CallState a mypyc trait (the decorator is not called then)
+    from mypy_extensions import trait
+except ImportError:  # not installed (it is no dependency of the library): interpreted, a no-op
+    trait = _unmarked
+
 
 __all__ = [
     "ADMIT_LATER",
@@ -71,13 +85,17 @@ _MAX_REPLAYS = 2
 _NO_SLOTS: Final[tuple[str, ...]] = ()
 
 
-class CallState(Protocol):
+@trait
+class CallState:
     """One call as the pipeline sees it: where it goes, its permit, its attempts.
 
     A driver's own per-call object carries these attributes (the HTTP exchange does, in its
     slots: a request allocates nothing more), or the driver uses `Call`. The call classes name
-    it as a base: compiled, a Protocol is a mypyc trait, so the pipeline reads and writes
-    these attributes natively (through a structural type each was a generic getattr)."""
+    it as a base: compiled, it is a mypyc trait, so the pipeline reads and writes these
+    attributes natively (through a structural type, a Protocol, every access was a generic
+    getattr, and every assignment a generic setattr even with the Protocol named as a base).
+    `started_at` is the exception: mypyc 2.4 cannot emit the assignment of a float attribute
+    through a trait (it fails building), so it is set with `setattr`."""
 
     __slots__ = _NO_SLOTS  # adds no instance dict (a name: mypy checks the subclasses' slots)
 
@@ -168,7 +186,7 @@ class CallPipeline:
     # -- admission --------------------------------------------------------------------------
     def start(self, call: CallState) -> Rejection | AdmitLater | None:
         """Hooks (they may refuse or reroute), the retry budget's deposit, the breaker."""
-        call.started_at = self.clock()
+        setattr(call, "started_at", self.clock())  # noqa: B010 - see CallState
         hooks = self.hooks
         if hooks.hooks:  # the list itself: `HookChain.__bool__` is a Python call per request
             runtime = self.runtime
