@@ -30,7 +30,13 @@ from cascadebreaker.cascade import (
 from cascadebreaker.cascade.updates import chain_to_list
 from cascadebreaker.contract import Reason, rejection_body
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
-from cascadebreaker.sidecar.proxy.hooks import CAUSE_HEADER, Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import (
+    CAUSE_HEADER,
+    Direction,
+    Rejection,
+    RequestHook,
+    RequestInfo,
+)
 from cascadebreaker.sidecar.proxy.refusals import (
     ENDPOINT_UNAVAILABLE,
     REFUSAL_HEADER,
@@ -76,9 +82,25 @@ class _BareCall:
     """An outbound call line seen before with none of the headers the cascade reads: its
     callee, and its hop token header while the second the token is stamped with lasts."""
 
-    __slots__ = ("callee", "hop", "material", "second", "sent", "token", "until")
+    __slots__ = (
+        "callee",
+        "hop",
+        "material",
+        "method",
+        "path",
+        "second",
+        "sent",
+        "token",
+        "until",
+        "upstream",
+    )
 
-    def __init__(self, callee: Endpoint, material: str) -> None:
+    def __init__(
+        self, upstream: str, method: str, path: str, callee: Endpoint, material: str
+    ) -> None:
+        self.upstream = upstream  # the call line it names (its key in `CascadeHook._bare`)
+        self.method = method
+        self.path = path
         self.callee = callee
         self.material = material  # what the hop token binds (hop_material of the call)
         # The token's whole second [second, until); -1: none issued yet. Two comparisons of
@@ -246,8 +268,11 @@ def _strip_cascade_headers(headers: RawHeaders) -> None:
             return
 
 
-class CascadeHook:
-    """The cascade's `RequestHook` (one instance serves both directions)."""
+class CascadeHook(RequestHook):
+    """The cascade's `RequestHook` (one instance serves both directions).
+
+    It names the Protocol as its base: compiled, the hook chain calls it through mypyc's trait
+    vtable instead of a generic method call."""
 
     def __init__(self, node: CascadeNode) -> None:
         self.node = node
@@ -274,6 +299,9 @@ class CascadeHook:
         # (upstream, method, path) -> _BareCall: the common outbound call, named once.
         self._bare: dict[tuple[str, str, str], _BareCall] = {}
         self._bare_version = self.templates.version
+        # The last one used: an app calls the same line again and again, and comparing it
+        # costs less than hashing the request's fresh method and path strings for the memo.
+        self._last_bare: _BareCall | None = None
 
     def on_request(self, info: RequestInfo) -> Rejection | None:
         """Refuse, learn, strip or add headers, reroute."""
@@ -291,9 +319,15 @@ class CascadeHook:
                 break
         if not found and upstream not in self.alternatives:
             # No cascade header, no alternative: name the call (memo), check, sign.
-            bare = self._bare.get((upstream, info.method, info.path))
-            if bare is None or self._bare_version != self.templates.version:
-                bare = self._bare_call(upstream, info.method, info.path)
+            bare = self._last_bare
+            if (
+                bare is None
+                or bare.path != info.path
+                or bare.method != info.method
+                or bare.upstream != upstream
+                or self._bare_version != self.templates.version
+            ):
+                bare = self._last_bare = self._bare_call(upstream, info.method, info.path)
             refusal = self.table.check(bare.callee)
             if refusal is None or _own_breaker(refusal, upstream, bare.callee):
                 if self._signs_hops:
@@ -477,7 +511,9 @@ class CascadeHook:
         if bare is None:
             callee = self.templates.endpoint(upstream, method, path)
             base = self._base_paths.get(upstream, "")
-            bare = _BareCall(callee, hop_material(method, base + path, None))
+            bare = _BareCall(
+                upstream, method, path, callee, hop_material(method, base + path, None)
+            )
             if len(memo) >= _MAX_BARE_CALLS:
                 memo.clear()  # cheap bound; refills with the hot call lines
             memo[key] = bare

@@ -20,7 +20,7 @@ from cascadebreaker.sidecar.http.framing import whole_body_framing
 from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import Direction
-from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, FAIL, REPLAY, AdmitLater
+from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, FAIL, REPLAY, AdmitLater, CallState
 from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse
 
@@ -35,7 +35,7 @@ __all__ = ["AwaitedCall", "call_raw", "call_upstream"]
 CLIENT = "grpc"  # what hooks see as the client of a call made from code
 
 
-class AwaitedCall:
+class AwaitedCall(CallState):
     """One call of the async driver: its state for the pipeline (`pipeline.CallState`) and the
     `ResponseSink` its response is collected in, whole, into `future`."""
 

@@ -28,7 +28,13 @@ from cascadebreaker.sidecar.http.wire import (
 )
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
-from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, REPLAY, RETRY, AdmitLater
+from cascadebreaker.sidecar.proxy.pipeline import (
+    CALL_SLOTS,
+    REPLAY,
+    RETRY,
+    AdmitLater,
+    CallState,
+)
 from cascadebreaker.sidecar.proxy.replies import FixedExchange, upstream_error_reply
 from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamTarget
@@ -53,7 +59,7 @@ _BACKPRESSURE = 2  # ServerConnection's pause reason for an upstream not taking 
 __all__ = ["ProxyExchange"]
 
 
-class ProxyExchange(FixedExchange):
+class ProxyExchange(FixedExchange, CallState):
     """Forwards one request to a route's upstream and streams the response back; it is also
     the call's state for the pipeline (no second object per request)."""
 

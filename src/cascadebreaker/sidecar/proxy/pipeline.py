@@ -21,8 +21,8 @@ the latency of calls that end in an error. It does no I/O.
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from typing import TYPE_CHECKING, Final, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from cascadebreaker import CircuitOpenError, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
@@ -36,6 +36,20 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.http.wire import RawHeaders
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+
+
+_C = TypeVar("_C")
+
+
+def _unmarked(cls: _C) -> _C:
+    return cls
+
+
+try:  # compiled, `trait` makes CallState a mypyc trait (the decorator is not called then)
+    from mypy_extensions import trait
+except ImportError:  # not installed (it is no dependency of the library): interpreted, a no-op
+    trait = _unmarked
+
 
 __all__ = [
     "ADMIT_LATER",
@@ -67,13 +81,22 @@ FAIL: Final = 3  # recorded; answer the error
 # Methods a retry cannot make act twice (RFC 9110 §9.2.2).
 IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 _MAX_REPLAYS = 2
+_NO_SLOTS: Final[tuple[str, ...]] = ()
 
 
-class CallState(Protocol):
+@trait
+class CallState:
     """One call as the pipeline sees it: where it goes, its permit, its attempts.
 
     A driver's own per-call object carries these attributes (the HTTP exchange does, in its
-    slots: a request allocates nothing more), or the driver uses `Call`."""
+    slots: a request allocates nothing more), or the driver uses `Call`. The call classes name
+    it as a base: compiled, it is a mypyc trait, so the pipeline reads and writes these
+    attributes natively (through a structural type, a Protocol, every access was a generic
+    getattr, and every assignment a generic setattr even with the Protocol named as a base).
+    `started_at` is the exception: mypyc 2.4 cannot emit the assignment of a float attribute
+    through a trait (it fails building), so it is set with `setattr`."""
+
+    __slots__ = _NO_SLOTS  # adds no instance dict (a name: mypy checks the subclasses' slots)
 
     direction: Direction
     route: Route  # the upstream; a hook may reroute it to an alternative
@@ -115,7 +138,7 @@ CALL_SLOTS = (
 )
 
 
-class Call:
+class Call(CallState):
     """A call of the async driver."""
 
     __slots__ = CALL_SLOTS
@@ -156,11 +179,13 @@ class CallPipeline:
         self.runtime = runtime
         self.hooks = runtime.hooks
         self.loop = runtime.loop
+        # The loop's clock, bound once: a call of it is cheaper than a method call on the loop.
+        self.clock: Callable[[], float] = runtime.loop.time
 
     # -- admission --------------------------------------------------------------------------
     def start(self, call: CallState) -> Rejection | AdmitLater | None:
         """Hooks (they may refuse or reroute), the retry budget's deposit, the breaker."""
-        call.started_at = self.loop.time()
+        setattr(call, "started_at", self.clock())  # noqa: B010 - see CallState
         hooks = self.hooks
         if hooks.hooks:  # the list itself: `HookChain.__bool__` is a Python call per request
             runtime = self.runtime
@@ -303,9 +328,17 @@ class CallPipeline:
         """The whole response reached the client."""
         call.closed = True
         # `RouteStats.observe`, inlined: it runs once per call.
-        seconds = self.loop.time() - call.started_at
+        seconds = self.clock() - call.started_at
         stats = call.route.stats
-        stats.latency_buckets[bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        # `bisect_left(LATENCY_BOUNDS, seconds)` as a loop: most calls end in the first buckets,
+        # found in a comparison or two of floats (compiled, native ones; bisect_left is a
+        # generic call comparing float objects, ~750 instructions).
+        bucket = 0
+        for bound in LATENCY_BOUNDS:
+            if seconds <= bound:
+                break
+            bucket += 1
+        stats.latency_buckets[bucket] += 1
         stats.latency_sum += seconds
         stats.latency_count += 1
 
@@ -414,4 +447,4 @@ class CallPipeline:
         return True
 
     def _observe(self, call: CallState) -> None:
-        call.route.stats.observe(self.loop.time() - call.started_at)
+        call.route.stats.observe(self.clock() - call.started_at)
