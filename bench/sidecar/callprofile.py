@@ -4,12 +4,16 @@
     .venv/bin/python -m bench.sidecar.callprofile --compiled      # the mypyc build of it
     .venv/bin/python -m bench.sidecar.callprofile --src TREE      # a tree built before
                                       # (python -m bench.sidecar.mypyc_trial --keep DIR)
+    .venv/bin/python -m bench.sidecar.callprofile --inbound       # the callee's sidecar
 
 The sidecar runs under `valgrind --tool=callgrind` with instrumentation off while it starts
 and warms up; it is switched on (`callgrind_control -i on`) just before N requests are sent in
 turn on one keep-alive connection, from a client outside valgrind, to an nginx upstream that is
 not counted; it is switched off again before the sidecar is stopped. Every count is divided by
-N: instructions per request, start-up and shutdown left out.
+N: instructions per request, start-up and shutdown left out. With `--inbound` the profiled
+sidecar is the callee's (its inbound listener in front of nginx), and the requests reach it
+through a caller's sidecar of the same tree (outbound, not counted), carrying what a calling
+sidecar adds (its hop token).
 
 The first table splits each request's own code by where it lives: the compiled sidecar (mypyc),
 the CPython runtime it calls into (allocation, dicts, calls; the interpreter for code left
@@ -35,6 +39,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import yaml
 
 from bench.sidecar import instructions, procs
 
@@ -140,16 +146,19 @@ class Profile:
     total: float
 
 
-def profile(tree: str, n: int, workdir: Path, floor: str = "") -> Profile:
-    """Profile the sidecar from `tree` (or the floor proxy `floor`) serving `n` requests."""
+def profile(tree: str, n: int, workdir: Path, floor: str = "", inbound: bool = False) -> Profile:
+    """Profile the sidecar from `tree` (or the floor proxy `floor`) serving `n` requests; with
+    `inbound`, the callee's sidecar, reached through a caller's sidecar."""
     upstream = procs.start_upstream(workdir)
+    caller: subprocess.Popen[bytes] | None = None
     try:
         port = procs.free_port()
-        argv = (
-            instructions.floor_argv(floor, upstream.port, port)
-            if floor
-            else instructions.sidecar_argv(workdir, tree, upstream.port, port, "profiled")
-        )
+        if floor:
+            argv = instructions.floor_argv(floor, upstream.port, port)
+        elif inbound:
+            argv = inbound_argv(workdir, tree, upstream.port, port)
+        else:
+            argv = instructions.sidecar_argv(workdir, tree, upstream.port, port, "profiled")
         out = workdir / "callgrind.out"
         process = subprocess.Popen(
             [
@@ -169,6 +178,12 @@ def profile(tree: str, n: int, workdir: Path, floor: str = "") -> Profile:
         drive = instructions._http_driver(instructions._REQUEST)
         try:
             instructions._wait_ready(port, process, drive)
+            if inbound:  # the requests go through a caller's sidecar, which is not counted
+                front = procs.free_port()
+                command = instructions.sidecar_argv(workdir, tree, port, front, "caller")
+                caller = subprocess.Popen(command, cwd=workdir)
+                port = front
+                instructions._wait_ready(port, caller, drive)
             drive(port, 200)  # warm: connections open, caches filled
             subprocess.run(
                 ["callgrind_control", "--instr=on", str(process.pid)],
@@ -182,6 +197,9 @@ def profile(tree: str, n: int, workdir: Path, floor: str = "") -> Profile:
                 capture_output=True,
             )
         finally:
+            if caller is not None:
+                caller.terminate()
+                caller.wait(timeout=60)
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=300)
@@ -204,6 +222,21 @@ def profile(tree: str, n: int, workdir: Path, floor: str = "") -> Profile:
         {k: v / n for k, v in groups.items()},
         total / n,
     )
+
+
+def inbound_argv(workdir: Path, tree: str, app: int, port: int) -> list[str]:
+    """`ccb sidecar` from `tree` for the callee: its inbound listener on `port`, in front of
+    the app on `app`."""
+    config = {
+        "service": "payment",
+        "app": f"http://127.0.0.1:{app}",
+        "listen": {"outbound": None, "inbound": f"127.0.0.1:{port}", "grpc": None, "admin": None},
+        "log_level": "warning",
+    }
+    path = workdir / "callee.yaml"
+    path.write_text(yaml.safe_dump(config))
+    argv = instructions.sidecar_argv(workdir, tree, app, port, "callee")
+    return [*argv[:-1], str(path)]  # the same command, the callee's config
 
 
 def _annotate(out: Path, inclusive: bool) -> str:
@@ -260,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("relay", "httptools"),
         help="profile a floor proxy of bench/sidecar/floor_proxies.py instead",
     )
+    parser.add_argument(
+        "--inbound",
+        action="store_true",
+        help="profile the callee's sidecar (inbound), reached through a caller's sidecar",
+    )
     parser.add_argument("-n", type=int, default=2000, help="requests counted")
     parser.add_argument("--top", type=int, default=25, help="functions listed per table")
     args = parser.parse_args(argv)
@@ -274,12 +312,14 @@ def main(argv: list[str] | None = None) -> int:
             from bench.sidecar import mypyc_trial
 
             tree = str(mypyc_trial.build(workdir / "build"))
-        result = profile(tree, args.n, workdir, args.floor or "")
+        result = profile(tree, args.n, workdir, args.floor or "", args.inbound)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     label = f"floor proxy {args.floor}" if args.floor else tree
     if args.compiled and not args.floor:
         label = "the mypyc build of this checkout"
+    if args.inbound and not args.floor:
+        label += ", the callee's sidecar (inbound)"
     print(f"\nwhere a proxied request's instructions go ({label}, callgrind, n={args.n}):\n")
     print("\n".join(render(result, args.top)))
     return 0

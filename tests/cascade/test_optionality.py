@@ -251,3 +251,17 @@ def test_evidence_that_never_answers_settles_when_its_trace_expires(clock: FakeC
     updates = hooks.settle()
     assert table.check(PAGE) is not None
     assert [u.available for u in updates] == [False]
+
+
+def test_a_request_of_an_endpoint_available_again_ends_its_hold(clock: FakeClock) -> None:
+    """The request path skips `forget` while nothing is held; once an endpoint is held, a
+    request that finds it available ends the hold (its next hold waits a whole interval)."""
+    hooks = _learner(clock)
+    gate = hooks.trickle
+    assert gate is not None
+    other = ep("report GET /other")
+    gate.allow(other)
+    gate.allow(ep("report GET /reports/settlements"))
+    assert len(gate.held) == 2
+    hooks.inbound("GET", "/reports/settlements", None, peer_host=None)
+    assert list(gate.held) == [other]

@@ -180,25 +180,26 @@ class TrickleGate:
         self._clock = clock
         self.interval = interval
         self._capacity = capacity
-        self._next: dict[Endpoint, float] = {}
+        # Endpoints held, and when each may next pass: read by the request path to skip
+        # `forget` (a Python call) while nothing is held.
+        self.held: dict[Endpoint, float] = {}
         self.passed = 0
 
     def allow(self, endpoint: Endpoint) -> bool:
         """True for the first request of each interval."""
         now = self._clock()
-        due = self._next.get(endpoint)
+        due = self.held.get(endpoint)
         if due is None:
-            if len(self._next) >= self._capacity:
-                self._next.clear()  # a bound against a flood of endpoints; it only resets pacing
-            self._next[endpoint] = now + self.interval
+            if len(self.held) >= self._capacity:
+                self.held.clear()  # a bound against a flood of endpoints; it only resets pacing
+            self.held[endpoint] = now + self.interval
             return False
         if now < due:
             return False
-        self._next[endpoint] = now + self.interval
+        self.held[endpoint] = now + self.interval
         self.passed += 1
         return True
 
     def forget(self, endpoint: Endpoint) -> None:
         """The endpoint is available again: its next hold waits a whole interval first."""
-        if self._next:  # on every available request: a dict lookup only while any is held
-            self._next.pop(endpoint, None)
+        self.held.pop(endpoint, None)

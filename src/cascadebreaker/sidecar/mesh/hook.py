@@ -179,7 +179,6 @@ _UNSEEN = "-"  # never a header name the cascade reads
 # for the cascade (no lower-casing, no dict built). The same for response names that are not
 # ours (`_OURS`). Both are filled on the slower paths, and bounded.
 _PLAIN_REQUEST: set[bytes] = set()
-_NOT_CCB: set[bytes] = set()  # raw names seen before without the `ccb-` prefix (read or not)
 _PLAIN_RESPONSE: set[bytes] = set()
 _NO_HEADERS: dict[str, str] = {}  # `_read` of a request with none of ours; never written to
 
@@ -221,10 +220,8 @@ def _read(headers: RawHeaders) -> dict[str, str]:
             key = _READ.get(lower)
             if len(_READ_RAW) < _MAX_RAW_NAMES:
                 _READ_RAW[name] = key
-                if lower[:4] != b"ccb-":
-                    _NOT_CCB.add(name)
-                    if key is None:
-                        _PLAIN_REQUEST.add(name)
+                if key is None and lower[:4] != b"ccb-":
+                    _PLAIN_REQUEST.add(name)
         if key is not None and key not in found:
             found[key] = value.decode("latin-1")
     return found
@@ -254,17 +251,24 @@ def _strip(headers: RawHeaders, names: frozenset[bytes]) -> list[bytes]:
     return values
 
 
+def is_cascade_header(name: bytes) -> bool:
+    """True for a `ccb-*` name, in any case: `name[:4].lower() == b"ccb-"` without the slice
+    and the method call (compiled, four byte reads; `c | 0x20 == ord("c")` holds for `c`
+    and `C` only)."""
+    return (
+        len(name) > 3
+        and name[3] == 0x2D  # "-"
+        and name[0] | 0x20 == 0x63  # "c"
+        and name[1] | 0x20 == 0x63  # "c"
+        and name[2] | 0x20 == 0x62  # "b"
+    )
+
+
 def _strip_cascade_headers(headers: RawHeaders) -> None:
     """Remove every `ccb-*` header in place: they are for sidecars, never for the app."""
-    not_ccb = _NOT_CCB  # names seen before (by `_read`) without the prefix
-    for name, _ in headers:
-        if name not in not_ccb:
-            break
-    else:
-        return
     for name, _ in headers:  # a plain loop: no generator to resume per header
-        if name[:4].lower() == b"ccb-":
-            headers[:] = [(n, v) for n, v in headers if n[:4].lower() != b"ccb-"]
+        if is_cascade_header(name):
+            headers[:] = [(n, v) for n, v in headers if not is_cascade_header(n)]
             return
 
 
