@@ -183,7 +183,7 @@ def profile(tree: str, n: int, workdir: Path, floor: str = "", inbound: bool = F
                 command = instructions.sidecar_argv(workdir, tree, port, front, "caller")
                 caller = subprocess.Popen(command, cwd=workdir)
                 port = front
-                instructions._wait_ready(port, caller, drive)
+                instructions._wait_ready(port, caller, drive)  # (not under valgrind)
             drive(port, 200)  # warm: connections open, caches filled
             subprocess.run(
                 ["callgrind_control", "--instr=on", str(process.pid)],
@@ -235,7 +235,7 @@ def inbound_argv(workdir: Path, tree: str, app: int, port: int) -> list[str]:
     }
     path = workdir / "callee.yaml"
     path.write_text(yaml.safe_dump(config))
-    argv = instructions.sidecar_argv(workdir, tree, app, port, "callee")
+    argv = instructions.sidecar_argv(workdir, tree, app, port, "callee-template")
     return [*argv[:-1], str(path)]  # the same command, the callee's config
 
 
