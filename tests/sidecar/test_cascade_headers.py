@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cascadebreaker.sidecar.mesh.hook import _strip_cascade_headers, is_cascade_header
+from cascadebreaker.sidecar.mesh import hook
+from cascadebreaker.sidecar.mesh.hook import _strip_cascade_headers, is_cascade_header, may_be_read
 
 _NAME_BYTES = st.sampled_from(b"cCbB-_xX\x00\xe3\xc3\x83")
+_READ_BYTES = st.sampled_from(b"tTbBxX3-raceRACEpnid\xf4\xd4")
 
 
 @given(st.binary(max_size=8) | st.lists(_NAME_BYTES, max_size=8).map(bytes))
@@ -37,3 +40,36 @@ def test_stripping_keeps_the_other_headers_in_order_and_in_the_same_list() -> No
     plain = [(b"host", b"a"), (b"accept", b"*/*")]
     _strip_cascade_headers(plain)
     assert plain == [(b"host", b"a"), (b"accept", b"*/*")]
+
+
+def test_every_name_the_cascade_reads_or_answers_passes_the_byte_filters() -> None:
+    """The compiled build settles other names by their bytes alone: a name the cascade reads
+    (`_READ`) or takes from responses (`_OURS`) must never be settled as plain."""
+    for lower in [*hook._READ, b"ccb-anything"]:
+        for spelling in (lower, lower.upper(), lower.title()):
+            assert may_be_read(spelling), spelling
+    for ours in hook._OURS:
+        assert is_cascade_header(ours) and is_cascade_header(ours.upper()), ours
+
+
+@given(st.binary(max_size=16) | st.lists(_READ_BYTES, max_size=14).map(bytes))
+def test_a_name_the_filter_settles_is_neither_read_nor_a_cascade_header(name: bytes) -> None:
+    if not may_be_read(name):
+        assert name.lower() not in hook._READ
+        assert name[:4].lower() != b"ccb-"
+
+
+@pytest.mark.parametrize("compiled_form", [True, False])
+def test_both_forms_find_the_same_requests_and_responses_plain(
+    monkeypatch: pytest.MonkeyPatch, compiled_form: bool
+) -> None:
+    """Each build runs one form (`wire.COMPILED` is a constant once compiled); interpreted,
+    the flag runs both here."""
+    monkeypatch.setattr(hook, "COMPILED", compiled_form)
+    monkeypatch.setattr(hook, "_PLAIN_REQUEST", {b"Host", b"accept"})
+    monkeypatch.setattr(hook, "_PLAIN_RESPONSE", {b"server", b"ccb-cause"})
+    assert hook._plain_request([(b"Host", b"a"), (b"accept", b"*/*")])
+    assert not hook._plain_request([(b"Host", b"a"), (b"traceparent", b"00-1-2-01")])
+    assert not hook._plain_request([(b"CCB-Hop", b"t")])
+    assert hook._plain_response([(b"server", b"n"), (b"ccb-cause", b"x")])
+    assert not hook._plain_response([(b"server", b"n"), (b"ccb-refusal", b"m")])

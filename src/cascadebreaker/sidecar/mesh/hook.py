@@ -29,7 +29,7 @@ from cascadebreaker.cascade import (
 )
 from cascadebreaker.cascade.updates import chain_to_list
 from cascadebreaker.contract import Reason, rejection_body
-from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
+from cascadebreaker.sidecar.http.wire import COMPILED, RawHeaders, json_response
 from cascadebreaker.sidecar.proxy.hooks import (
     CAUSE_HEADER,
     Direction,
@@ -183,9 +183,27 @@ _PLAIN_RESPONSE: set[bytes] = set()
 _NO_HEADERS: dict[str, str] = {}  # `_read` of a request with none of ours; never written to
 
 
+def may_be_read(name: bytes) -> bool:
+    """False for a request header name the cascade neither reads nor strips, settled by its
+    length and bytes: every name of `_READ` and every `ccb-*` name passes (in any case). A name
+    that passes is looked up as before; compiled, most names are settled without hashing them
+    (the reader no longer hashes them: a set look-up would pay siphash here)."""
+    size = len(name)
+    if size == 2 or size == 11 or size == 12:  # b3; traceparent, x-b3-spanid; x-b3-traceid...
+        initial = name[0] | 0x20
+        if initial == 0x74 or initial == 0x62 or initial == 0x78:  # t, b, x
+            return True
+    return is_cascade_header(name)
+
+
 def _plain_request(headers: RawHeaders) -> bool:
     """True when every request header is one seen before as neither read nor `ccb-*`."""
     plain = _PLAIN_REQUEST
+    if COMPILED:  # a few byte reads a name; interpreted, the set look-up in C is cheaper
+        for name, _ in headers:  # noqa: SIM110 - as below
+            if may_be_read(name) and name not in plain:
+                return False
+        return True
     for name, _ in headers:  # noqa: SIM110 - a plain loop: no generator to resume per name
         if name not in plain:
             return False
@@ -195,6 +213,11 @@ def _plain_request(headers: RawHeaders) -> bool:
 def _plain_response(headers: RawHeaders) -> bool:
     """True when every response header is one seen before as not ours (`_OURS`)."""
     plain = _PLAIN_RESPONSE
+    if COMPILED:  # ours are `ccb-*`: any other name is settled by four byte reads
+        for name, _ in headers:  # noqa: SIM110 - as below
+            if is_cascade_header(name) and name not in plain:
+                return False
+        return True
     for name, _ in headers:  # noqa: SIM110 - as above
         if name not in plain:
             return False
@@ -316,11 +339,15 @@ class CascadeHook(RequestHook):
         headers = info.headers
         upstream = info.target
         found = _NO_HEADERS
-        plain = _PLAIN_REQUEST
-        for name, _ in headers:  # `_plain_request`, inlined: it runs on every call
-            if name not in plain:
+        if COMPILED:
+            if not _plain_request(headers):
                 found = _read(headers)
-                break
+        else:
+            plain = _PLAIN_REQUEST
+            for name, _ in headers:  # `_plain_request`, inlined: a Python call fewer a call
+                if name not in plain:
+                    found = _read(headers)
+                    break
         if not found and upstream not in self.alternatives:
             # No cascade header, no alternative: name the call (memo), check, sign.
             bare = self._last_bare
@@ -377,12 +404,16 @@ class CascadeHook(RequestHook):
         # For sidecars only; the app never sees it. Most responses carry only names seen
         # before (one C-level pass); names of its length are rare, so the others are looked
         # through without lower-casing a name.
-        plain = _PLAIN_RESPONSE
-        for name, _ in info.response_headers:  # `_plain_response`, inlined
-            if name not in plain:
-                break
+        if COMPILED:
+            if _plain_response(info.response_headers):
+                return
         else:
-            return
+            plain = _PLAIN_RESPONSE
+            for name, _ in info.response_headers:  # `_plain_response`, inlined, as above
+                if name not in plain:
+                    break
+            else:
+                return
         _learn_plain_response(info.response_headers)
         for name, _ in info.response_headers:
             if len(name) == _GRPC_SIZE and name.lower() == _GRPC:
