@@ -34,3 +34,11 @@ def test_without_room_below_the_range_the_kernel_picks(monkeypatch: pytest.Monke
     port = ports.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_a_port_handed_out_is_not_handed_out_again_before_its_server_binds_it() -> None:
+    """A harness asks for all its ports first and starts its servers after: a port it was
+    handed is still free until then, so the test bind alone would hand it out again (CI: two
+    sidecars of one cascade test given one port, `address already in use`)."""
+    handed = [ports.free_port() for _ in range(2000)]
+    assert len(set(handed)) == len(handed)
