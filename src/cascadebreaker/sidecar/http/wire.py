@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any, Final
 
@@ -29,8 +29,9 @@ _REDERIVED: Final = frozenset({b"content-length", b"host", b"expect"})
 _DROP_FORWARD: Final = HOP_BY_HOP | _REDERIVED
 
 # What a header is to the proxy. `header_kind` classifies a name without hashing it (a fresh
-# bytes object each time, so siphash each time): only the few names of a special name's length
-# and initial are compared, first as spelled in lower and in Title-Case, then lower-cased.
+# bytes object each time, so siphash each time): the length picks the one or two special names
+# it could be, and only a name whose initial matches is compared, first as spelled in lower and
+# in Title-Case, then lower-cased.
 END_TO_END: Final = 0
 CONTENT_LENGTH: Final = 1
 TRANSFER_ENCODING: Final = 2
@@ -39,39 +40,47 @@ HOST: Final = 4
 EXPECT: Final = 5
 HOP: Final = 6  # other hop-by-hop headers: dropped
 UPGRADE: Final = 7  # hop-by-hop, but read: a WebSocket handshake becomes a tunnel
-_KIND_BY_LOWER: Final = {
-    **dict.fromkeys(HOP_BY_HOP, HOP),
-    b"upgrade": UPGRADE,
-    b"content-length": CONTENT_LENGTH,
-    b"transfer-encoding": TRANSFER_ENCODING,
-    b"connection": CONNECTION,
-    b"host": HOST,
-    b"expect": EXPECT,
-}
-
-_Candidate = tuple[int, bytes, bytes, int]  # initial (lower case), lower, Title-Case, kind
 
 
-def _candidates_by_length() -> tuple[tuple[_Candidate, ...], ...]:
-    table: list[list[_Candidate]] = [[] for _ in range(max(map(len, _KIND_BY_LOWER)) + 1)]
-    for lower, kind in _KIND_BY_LOWER.items():
-        title = b"-".join(part.capitalize() for part in lower.split(b"-"))
-        table[len(lower)].append((lower[0], lower, title, kind))
-    return tuple(tuple(candidates) for candidates in table)
-
-
-_CANDIDATES: Final = _candidates_by_length()
-_LONGEST: Final = len(_CANDIDATES) - 1
+def _spelled(name: bytes, lower: bytes, title: bytes) -> bool:
+    """`name` is `lower` in any ASCII case (`name` and `lower` are of one length)."""
+    # `| 0x20` lower-cases a letter; a non-letter that it maps on one fails below.
+    return name[0] | 0x20 == lower[0] and (name in (lower, title) or name.lower() == lower)
 
 
 def header_kind(name: bytes) -> int:
     """The kind of a header name, in any case (ASCII, as `bytes.lower`)."""
+    # Compiled, each test of the length is one machine compare: names of no special length
+    # (Date, Server, Content-Type, ...) cost a few instructions.
     size = len(name)
-    if size <= _LONGEST:
-        for initial, lower, title, kind in _CANDIDATES[size]:
-            # `| 0x20` lower-cases a letter; a non-letter that it maps on one fails below.
-            if name[0] | 0x20 == initial and (name in (lower, title) or name.lower() == lower):
-                return kind
+    if size == 4:
+        return HOST if _spelled(name, b"host", b"Host") else END_TO_END
+    if size == 14:
+        if _spelled(name, b"content-length", b"Content-Length"):
+            return CONTENT_LENGTH
+        return END_TO_END
+    if size == 10:
+        if _spelled(name, b"connection", b"Connection"):
+            return CONNECTION
+        return HOP if _spelled(name, b"keep-alive", b"Keep-Alive") else END_TO_END
+    if size == 17:
+        if _spelled(name, b"transfer-encoding", b"Transfer-Encoding"):
+            return TRANSFER_ENCODING
+        return END_TO_END
+    if size == 7:
+        if _spelled(name, b"upgrade", b"Upgrade"):
+            return UPGRADE
+        return HOP if _spelled(name, b"trailer", b"Trailer") else END_TO_END
+    if size == 6:
+        return EXPECT if _spelled(name, b"expect", b"Expect") else END_TO_END
+    if size == 2:
+        return HOP if _spelled(name, b"te", b"Te") else END_TO_END
+    if size == 16:
+        return HOP if _spelled(name, b"proxy-connection", b"Proxy-Connection") else END_TO_END
+    if size == 18:
+        return HOP if _spelled(name, b"proxy-authenticate", b"Proxy-Authenticate") else END_TO_END
+    if size == 19:
+        return HOP if _spelled(name, b"proxy-authorization", b"Proxy-Authorization") else END_TO_END
     return END_TO_END
 
 
@@ -126,21 +135,36 @@ def request_head(
     method: bytes,
     target: bytes,
     host: bytes,
-    headers: Iterable[tuple[bytes, bytes]],
+    headers: RawHeaders,
     framing: bytes,
+    lines: bytes = b"",
 ) -> bytes:
-    """Serialise a request head; `framing` is a ready `content-length: n\\r\\n` line or empty."""
-    if COMPILED:
-        lines = [b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (method, target, host)]
+    """Serialise a request head; `framing` is a ready `content-length: n\\r\\n` line or empty,
+    `lines` ready header lines (`via: ...\\r\\n`) to put before it."""
+    if COMPILED:  # a list, not any iterable: compiled, its loop indexes it natively
+        out = [b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (method, target, host)]
         for name, value in headers:
-            lines.append(b"%b: %b\r\n" % (name, value))
-        lines.append(framing)
-        lines.append(CRLF)
-        return b"".join(lines)
+            out.append(b"%b: %b\r\n" % (name, value))
+        out.append(lines)
+        out.append(framing)
+        out.append(CRLF)
+        return b"".join(out)
     joined = CRLF.join(map(_NAME_VALUE, headers))
     end = CRLF if joined else b""
     return b"".join(
-        (method, b" ", target, b" HTTP/1.1\r\nhost: ", host, CRLF, joined, end, framing, CRLF)
+        (
+            method,
+            b" ",
+            target,
+            b" HTTP/1.1\r\nhost: ",
+            host,
+            CRLF,
+            joined,
+            end,
+            lines,
+            framing,
+            CRLF,
+        )
     )
 
 
@@ -164,19 +188,21 @@ def status_line(status: int, reason: bytes = b"") -> bytes:
 
 
 def response_head(
-    status: int, reason: bytes, headers: Iterable[tuple[bytes, bytes]], framing: bytes
+    status: int, reason: bytes, headers: RawHeaders, framing: bytes, lines: bytes = b""
 ) -> bytes:
-    """Serialise a response head; `framing` carries content-length/transfer-encoding/connection."""
+    """Serialise a response head; `framing` carries content-length/transfer-encoding/connection,
+    `lines` ready header lines (`via: ...\\r\\n`) to put before it."""
     if COMPILED:
-        lines = [status_line(status, reason)]
+        out = [status_line(status, reason)]
         for name, value in headers:
-            lines.append(b"%b: %b\r\n" % (name, value))
-        lines.append(framing)
-        lines.append(CRLF)
-        return b"".join(lines)
+            out.append(b"%b: %b\r\n" % (name, value))
+        out.append(lines)
+        out.append(framing)
+        out.append(CRLF)
+        return b"".join(out)
     joined = CRLF.join(map(_NAME_VALUE, headers))
     end = CRLF if joined else b""
-    return b"".join((status_line(status, reason), joined, end, framing, CRLF))
+    return b"".join((status_line(status, reason), joined, end, lines, framing, CRLF))
 
 
 def chunk(data: bytes) -> list[bytes]:

@@ -216,9 +216,8 @@ class ProxyExchange(FixedExchange, CallState):
             request.http10,
             self.keep_alive and not self.conn.tracker.draining,
         )
-        headers.append((b"via", self.runtime.via))
         # The head waits for the first body piece: one write (one syscall, one segment) for both.
-        self._out = response_head(status, reason, headers, framing)
+        self._out = response_head(status, reason, headers, framing, self.runtime.via_line)
         self.head_sent = True
 
     def response_body(self, data: bytes) -> None:
@@ -304,8 +303,9 @@ class ProxyExchange(FixedExchange, CallState):
         upstream = self.upstream
         assert upstream is not None
         self.pipeline.upgraded(self, headers)
-        headers.append((b"via", self.runtime.via))
-        self.conn.write(response_head(101, reason, headers, b"connection: upgrade\r\n"))
+        self.conn.write(
+            response_head(101, reason, headers, b"connection: upgrade\r\n", self.runtime.via_line)
+        )
         self.finished = True
         self.upstream = None
         tunnel = Tunnel(self.conn, upstream)
@@ -391,17 +391,18 @@ class ProxyExchange(FixedExchange, CallState):
 
     def _build_head(self, target: UpstreamTarget) -> bytes:
         request = self.request
-        headers = [*request.headers, (b"via", self.runtime.via)]
+        headers = request.headers  # copied before anything is added: it is the request's
         host = target.authority
         if self.direction is Direction.INBOUND:
             # Transparent towards the app: the caller's Host is kept.
             host = request.host or host
             if request.client:
-                headers.append((b"x-forwarded-for", request.client.encode()))
-        if self.info is not None and self.info.add_headers:
-            headers += self.info.add_headers
+                headers = [*headers, (b"x-forwarded-for", request.client.encode())]
+        info = self.info
+        if info is not None and info.add_headers:
+            headers = headers + info.add_headers
         if request.upgrade:  # a WebSocket handshake: hop-by-hop, so re-added for this hop
-            headers += ((b"connection", b"upgrade"), (b"upgrade", request.upgrade))
+            headers = [*headers, (b"connection", b"upgrade"), (b"upgrade", request.upgrade)]
         length = CHUNKED if request.chunked else request.content_length
         return request_head(
             request.method,
@@ -409,4 +410,5 @@ class ProxyExchange(FixedExchange, CallState):
             host,
             headers,
             forward_request_framing(length),
+            self.runtime.via_line,
         )

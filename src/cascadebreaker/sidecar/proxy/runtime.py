@@ -70,6 +70,7 @@ class SidecarRuntime:
         self.config = config
         self.service = config.service
         self.via = b"1.1 " + config.service.encode()
+        self.via_line = b"via: " + self.via + b"\r\n"  # the header line, made once
         self.loop = loop or asyncio.get_running_loop()
         self.store: Store = (
             store if store is not None else build_store(config.store, config.service, config.quorum)
