@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "CAUSE_CHAIN",
@@ -92,13 +92,14 @@ class Reason(StrEnum):
     GRAPH_CHANGED = "graph_changed"  # the edge to the unavailable dependency aged out or changed
 
 
-# JSON keys shared by several shapes (GuardedResult.to_dict, BreakerSnapshot.to_dict).
-CIRCUIT_STATE = "circuitState"  # a State name
-RETRY_AFTER = "retryAfter"  # seconds (float) until calls are admitted; null: until reset
-REASON_CODE = "reasonCode"  # a Reason code
-CAUSE_CHAIN = "causeChain"  # [{endpoint: "service METHOD /route", reason}], root first
-EXPIRES_AT = "expiresAt"  # unix wall time (seconds) when an unavailability ends unless refreshed
-TRIPPED_BY = "trippedBy"  # the Reason code that opened the breaker (consecutive_failures...)
+# JSON keys shared by several shapes (GuardedResult.to_dict, BreakerSnapshot.to_dict). Final:
+# compiled code that reads them gets the string itself, not a module look-up.
+CIRCUIT_STATE: Final = "circuitState"  # a State name
+RETRY_AFTER: Final = "retryAfter"  # seconds (float) until calls are admitted; null: until reset
+REASON_CODE: Final = "reasonCode"  # a Reason code
+CAUSE_CHAIN: Final = "causeChain"  # [{endpoint: "service METHOD /route", reason}], root first
+EXPIRES_AT: Final = "expiresAt"  # unix wall time (s) when an unavailability ends unless refreshed
+TRIPPED_BY: Final = "trippedBy"  # the Reason code that opened the breaker (consecutive_failures)
 
 _OLD_KEYS = {
     CIRCUIT_STATE: ("circuit_state", "state"),

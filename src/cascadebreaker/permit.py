@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from .core.classify import Classifier, FailureInfo
 from .core.state import Outcome
 from .stores.base import BreakerSlot
 
-_SUCCESS = Outcome.SUCCESS
-_FAILURE = Outcome.FAILURE
+_SUCCESS: Final = Outcome.SUCCESS
+_FAILURE: Final = Outcome.FAILURE
 
 
 class Permit:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,17 +61,71 @@ def test_a_name_the_filter_settles_is_neither_read_nor_a_cascade_header(name: by
         assert name[:4].lower() != b"ccb-"
 
 
+def _refill(live: set[bytes], names: set[bytes]) -> None:
+    live.clear()
+    live.update(names)
+
+
 @pytest.mark.parametrize("compiled_form", [True, False])
 def test_both_forms_find_the_same_requests_and_responses_plain(
-    monkeypatch: pytest.MonkeyPatch, compiled_form: bool
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, compiled_form: bool
 ) -> None:
     """Each build runs one form (`wire.COMPILED` is a constant once compiled); interpreted,
     the flag runs both here."""
     monkeypatch.setattr(hook, "COMPILED", compiled_form)
-    monkeypatch.setattr(hook, "_PLAIN_REQUEST", {b"Host", b"accept"})
-    monkeypatch.setattr(hook, "_PLAIN_RESPONSE", {b"server", b"ccb-cause"})
+    # The sets are Final (compiled code holds them, not the module's names): filled in place.
+    for live, names in (
+        (hook._PLAIN_REQUEST, {b"Host", b"accept"}),
+        (hook._PLAIN_RESPONSE, {b"server", b"ccb-cause"}),
+    ):
+        request.addfinalizer(functools.partial(_refill, live, set(live)))
+        _refill(live, names)
     assert hook._plain_request([(b"Host", b"a"), (b"accept", b"*/*")])
     assert not hook._plain_request([(b"Host", b"a"), (b"traceparent", b"00-1-2-01")])
     assert not hook._plain_request([(b"CCB-Hop", b"t")])
     assert hook._plain_response([(b"server", b"n"), (b"ccb-cause", b"x")])
     assert not hook._plain_response([(b"server", b"n"), (b"ccb-refusal", b"m")])
+
+
+_HEADER_NAMES = st.sampled_from(
+    [b"ccb-hop", b"CCB-Serving-Endpoint", b"ccb-", b"host", b"Accept", b"ccb", b"xccb-a", b"via"]
+)
+
+
+@given(st.lists(st.tuples(_HEADER_NAMES, st.binary(max_size=3)), max_size=8))
+def test_stripping_removes_exactly_the_cascade_headers_wherever_they_are(
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    """Adjacent, first, last, all or none: what is left is the other headers, in order."""
+    expected = [(n, v) for n, v in headers if n[:4].lower() != b"ccb-"]
+    same = headers
+    _strip_cascade_headers(headers)
+    assert same is headers and headers == expected
+
+
+@pytest.mark.parametrize("compiled_form", [True, False])
+@given(
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(hook._READ)) | _HEADER_NAMES | st.binary(max_size=12),
+            st.binary(max_size=4),
+        ),
+        max_size=8,
+    )
+)
+def test_both_forms_read_the_same_values(
+    compiled_form: bool, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """`_read` settles most names by their bytes when compiled: it finds what the set and dict
+    look-ups find (the first value of each name it reads, in any case)."""
+    expected: dict[str, str] = {}
+    for name, value in headers:
+        key = hook._READ.get(name.lower())
+        if key is not None and key not in expected:
+            expected[key] = value.decode("latin-1")
+    saved = getattr(hook, "COMPILED")  # noqa: B009 - not re-exported by the module
+    setattr(hook, "COMPILED", compiled_form)  # noqa: B010 - as above
+    try:
+        assert hook._read(headers) == expected
+    finally:
+        setattr(hook, "COMPILED", saved)  # noqa: B010 - as above

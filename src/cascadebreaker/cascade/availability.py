@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.graph import DependencyGraph, EdgeSource
@@ -41,7 +41,7 @@ __all__ = ["AvailabilityTable", "Propagation", "Target", "Unavailability"]
 # A breaker guards one endpoint, or a whole service when named by its service string.
 Target = Endpoint | str
 
-_NO_UPDATES: tuple[AvailabilityUpdate, ...] = ()
+_NO_UPDATES: Final[tuple[AvailabilityUpdate, ...]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class Propagation(NamedTuple):
     updates: tuple[AvailabilityUpdate, ...]
 
 
-_ACCEPTED_NOTHING = Propagation(Verdict.ACCEPTED, _NO_UPDATES)
+_ACCEPTED_NOTHING: Final = Propagation(Verdict.ACCEPTED, _NO_UPDATES)
 
 
 class AvailabilityTable:

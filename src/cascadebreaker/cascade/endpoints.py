@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "ANY",
@@ -15,17 +16,17 @@ __all__ = [
     "normalize_template",
 ]
 
-ANY = "*"
+ANY: Final = "*"
 # The one endpoint per service that absorbs every route past the cardinality cap.
-OVERFLOW_TEMPLATE = "/*"
+OVERFLOW_TEMPLATE: Final = "/*"
 
 # One regex pass in C is cheaper than a Python loop over segments.
-_ID_SEGMENT = re.compile(
+_ID_SEGMENT: Final = re.compile(
     r"(?<=/)(?:\d+"
     r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
     r"|[0-9a-fA-F]{16,})(?=/|$)"
 )
-_TOKEN = re.compile(r"[^\s]+")
+_TOKEN: Final = re.compile(r"[^\s]+")
 
 
 @dataclass(frozen=True, slots=True)

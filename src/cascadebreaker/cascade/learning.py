@@ -8,6 +8,7 @@ they are trusted so the sidecar can strip them before the request reaches the ap
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from cascadebreaker.cascade.availability import AvailabilityTable, Unavailability
 from cascadebreaker.cascade.endpoints import Endpoint, RouteTemplates, normalize_template
@@ -26,9 +27,9 @@ __all__ = ["HeaderGetter", "InboundDecision", "Learner", "OutboundDecision", "ho
 
 HeaderGetter = Callable[[str], str | None]
 
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_NAMED_CACHE = 1024
-_UNPARSED = Endpoint("-", "-", "-")  # cache sentinel: never a real endpoint name
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_NAMED_CACHE: Final = 1024
+_UNPARSED: Final = Endpoint("-", "-", "-")  # cache sentinel: never a real endpoint name
 
 
 def hop_material(method: str, path: str, get: HeaderGetter | None) -> str:

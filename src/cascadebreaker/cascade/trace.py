@@ -11,6 +11,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from cascadebreaker.cascade.endpoints import Endpoint
 
@@ -28,8 +29,8 @@ __all__ = [
 # Lower-case header names the extractor reads, in priority order.
 TRACE_HEADERS = ("traceparent", "b3", "x-b3-traceid", "x-b3-spanid", "x-request-id")
 
-_ZERO_TRACE = "0" * 32
-_MAX_REQUEST_ID = 200
+_ZERO_TRACE: Final = "0" * 32
+_MAX_REQUEST_ID: Final = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,10 +47,10 @@ class TraceContext:
 
 
 # One C-level match per header instead of a Python loop over fields.
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-_B3 = re.compile(r"([0-9a-f]{32}|[0-9a-f]{16})-([0-9a-f]{16})(?:-.*)?")
-_B3_TRACE = re.compile(r"[0-9a-f]{32}|[0-9a-f]{16}")
-_ZERO_SPAN = "0" * 16
+_TRACEPARENT: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+_B3: Final = re.compile(r"([0-9a-f]{32}|[0-9a-f]{16})-([0-9a-f]{16})(?:-.*)?")
+_B3_TRACE: Final = re.compile(r"[0-9a-f]{32}|[0-9a-f]{16}")
+_ZERO_SPAN: Final = "0" * 16
 
 
 def _traceparent_ids(value: str) -> tuple[str, str] | None:
@@ -152,7 +153,7 @@ def trace_key(headers: Mapping[str, str]) -> str | None:
     return trace_key_of(headers.get)
 
 
-_MAX_FAILED = 8  # failed callees remembered per trace (evidence of optionality)
+_MAX_FAILED: Final = 8  # failed callees remembered per trace (evidence of optionality)
 
 
 class _Entry:

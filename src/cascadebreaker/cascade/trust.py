@@ -22,6 +22,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 __all__ = [
     "HOP_HEADER",
@@ -35,9 +36,9 @@ __all__ = [
 ]
 
 SECRET_ENV = "CCB_SECRET"
-HOP_HEADER = "ccb-hop"
-SERVING_ENDPOINT_HEADER = "ccb-serving-endpoint"
-OPTIONAL_HEADER = "ccb-optional"
+HOP_HEADER: Final = "ccb-hop"
+SERVING_ENDPOINT_HEADER: Final = "ccb-serving-endpoint"
+OPTIONAL_HEADER: Final = "ccb-optional"
 
 _VERSION = "v1"
 _UNSIGNED = "-"

@@ -9,14 +9,14 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .state import Outcome
 
 ExceptionPredicate = Callable[[BaseException], bool]
 ResultPredicate = Callable[[Any], bool]
 
-_MESSAGE_LIMIT = 200  # a failure's message is for people; keep stores and payloads small
+_MESSAGE_LIMIT: Final = 200  # a failure's message is for people; keep stores and payloads small
 
 
 @dataclass(frozen=True, slots=True)

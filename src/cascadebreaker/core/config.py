@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import Final, TypeGuard
 
 from .classify import Classifier
 from .policies import Backoff, ConsecutiveFailures, FixedBackoff, SlowCallRate, TripPolicy
 
 # A probe that has not reported after this long (or after the first open wait, if longer) is
 # presumed lost and its slot is given to a new probe: a half-open circuit can never wedge.
-MIN_PROBE_TIMEOUT = 10.0
+MIN_PROBE_TIMEOUT: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)

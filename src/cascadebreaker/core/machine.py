@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from typing import Final
 
 from .config import BreakerConfig
 from .policies import TripTracker
 from .probes import ProbeRound
 from .state import Admission, Mode, Outcome, Reason, State, Transition
 
-NO_TRANSITIONS: tuple[Transition, ...] = ()
+NO_TRANSITIONS: Final[tuple[Transition, ...]] = ()
 
 
 class BreakerMachine:

@@ -16,7 +16,7 @@ its response names one with a token that verifies (a plain upstream cannot make 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from cascadebreaker import State
 from cascadebreaker.cascade import (
@@ -57,17 +57,17 @@ __all__ = [
     "sealed_refusal_trust",
 ]
 
-log = logging.getLogger("cascadebreaker.sidecar.cascade")
+log: Final = logging.getLogger("cascadebreaker.sidecar.cascade")
 
-SIDECAR_GRPC_HEADER = "ccb-sidecar-grpc"
+SIDECAR_GRPC_HEADER: Final = "ccb-sidecar-grpc"
 
-_HOP = HOP_HEADER.encode()
-_GRPC = SIDECAR_GRPC_HEADER.encode()
-_GRPC_SIZE = len(_GRPC)
-_STRIP_OUTBOUND = frozenset({_HOP, _GRPC})
-_GRPC_ONLY = frozenset({_GRPC})
-_OURS = frozenset({_GRPC, REFUSAL_HEADER})  # response headers only a sidecar may send
-_INBOUND = Direction.INBOUND  # a module constant: an enum member read costs a Python call
+_HOP: Final = HOP_HEADER.encode()
+_GRPC: Final = SIDECAR_GRPC_HEADER.encode()
+_GRPC_SIZE: Final = len(_GRPC)
+_STRIP_OUTBOUND: Final = frozenset({_HOP, _GRPC})
+_GRPC_ONLY: Final = frozenset({_GRPC})
+_OURS: Final = frozenset({_GRPC, REFUSAL_HEADER})  # response headers only a sidecar may send
+_INBOUND: Final = Direction.INBOUND  # a module constant: an enum member read costs a Python call
 
 
 class _Sent(NamedTuple):
@@ -112,7 +112,7 @@ class _BareCall:
         self.sent = _Sent(None, None, callee)  # what on_response gets (`RequestInfo.state`)
 
 
-_MAX_BARE_CALLS = 1024
+_MAX_BARE_CALLS: Final = 1024
 
 
 class CascadeRejection(Rejection):
@@ -152,7 +152,7 @@ class CascadeRejection(Rejection):
 
 
 # Every header the cascade reads (learning, trust, trace context), and the one it only strips.
-_READ = {
+_READ: Final = {
     name.encode(): name
     for name in (
         HOP_HEADER,
@@ -170,17 +170,17 @@ _READ = {
 
 # Raw name (as spelled on the wire) -> what `_READ` says of its lower-case form: header names
 # repeat, so most requests look each one up once and lower-case none.
-_READ_RAW: dict[bytes, str | None] = {}
-_MAX_RAW_NAMES = 4096
-_UNSEEN = "-"  # never a header name the cascade reads
+_READ_RAW: Final[dict[bytes, str | None]] = {}
+_MAX_RAW_NAMES: Final = 4096
+_UNSEEN: Final = "-"  # never a header name the cascade reads
 
 # Raw names seen before that the cascade neither reads nor strips (no `ccb-` prefix): when a
 # request's names are all in here, one set look-up per name settles that it carries nothing
 # for the cascade (no lower-casing, no dict built). The same for response names that are not
 # ours (`_OURS`). Both are filled on the slower paths, and bounded.
-_PLAIN_REQUEST: set[bytes] = set()
-_PLAIN_RESPONSE: set[bytes] = set()
-_NO_HEADERS: dict[str, str] = {}  # `_read` of a request with none of ours; never written to
+_PLAIN_REQUEST: Final[set[bytes]] = set()
+_PLAIN_RESPONSE: Final[set[bytes]] = set()
+_NO_HEADERS: Final[dict[str, str]] = {}  # `_read` of a request with none of ours; never written to
 
 
 def may_be_read(name: bytes) -> bool:
@@ -235,6 +235,8 @@ def _read(headers: RawHeaders) -> dict[str, str]:
     found: dict[str, str] = {}
     plain = _PLAIN_REQUEST
     for name, value in headers:
+        if COMPILED and not may_be_read(name):  # settled by its bytes: no hashing
+            continue
         if name in plain:  # most names: one set look-up
             continue
         key = _READ_RAW.get(name, _UNSEEN)
@@ -289,10 +291,13 @@ def is_cascade_header(name: bytes) -> bool:
 
 def _strip_cascade_headers(headers: RawHeaders) -> None:
     """Remove every `ccb-*` header in place: they are for sidecars, never for the app."""
-    for name, _ in headers:  # a plain loop: no generator to resume per header
-        if is_cascade_header(name):
-            headers[:] = [(n, v) for n, v in headers if not is_cascade_header(n)]
-            return
+    # Deleted where found: a request from a sidecar always carries one (its hop token), and a
+    # deletion moves pointers where a new list would build one.
+    at = len(headers) - 1
+    while at >= 0:
+        if is_cascade_header(headers[at][0]):
+            del headers[at]
+        at -= 1
 
 
 class CascadeHook(RequestHook):

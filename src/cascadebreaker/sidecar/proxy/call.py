@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from cascadebreaker.sidecar.http.framing import whole_body_framing
 from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable, request_head
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AwaitedCall", "call_raw", "call_upstream"]
 
-CLIENT = "grpc"  # what hooks see as the client of a call made from code
+CLIENT: Final = "grpc"  # what hooks see as the client of a call made from code
 
 
 class AwaitedCall(CallState):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from cascadebreaker.sidecar.http.framing import (
     CHUNKED,
@@ -47,14 +47,14 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
 log = logging.getLogger("cascadebreaker.sidecar")
-_admission_errors = RateLimitedLog(log, logging.ERROR)
+_admission_errors: Final = RateLimitedLog(log, logging.ERROR)
 
 # Request body held while the upstream is being connected; past it the client is paused.
-_PENDING_LIMIT = 262144
+_PENDING_LIMIT: Final = 262144
 # A body up to this size is kept while an upstream has several instances, so a call one
 # instance's sidecar refused can go to the next (a larger one streams and is not kept).
-_KEPT_LIMIT = 65536
-_BACKPRESSURE = 2  # ServerConnection's pause reason for an upstream not taking the body
+_KEPT_LIMIT: Final = 65536
+_BACKPRESSURE: Final = 2  # ServerConnection's pause reason for an upstream not taking the body
 
 __all__ = ["ProxyExchange"]
 

@@ -11,18 +11,18 @@ import logging
 import math
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.proxy.endpoint_hint import route_template
 
 log = logging.getLogger("cascadebreaker.sidecar")
-_hook_errors = RateLimitedLog(log, logging.ERROR)  # a hook's bug may fire on every request
+_hook_errors: Final = RateLimitedLog(log, logging.ERROR)  # a hook's bug may fire on every request
 
 # A sidecar's refusal names its cause chain in this header (for people and apps; a caller's
 # sidecar trusts only the sealed `ccb-refusal` mark, proxy/refusals.py).
-CAUSE_HEADER = "ccb-cause"
+CAUSE_HEADER: Final = "ccb-cause"
 
 
 RouteResolver = Callable[[str, str, str], str]

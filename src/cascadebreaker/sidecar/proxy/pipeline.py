@@ -79,8 +79,8 @@ RETRY: Final = 2  # recorded as a failure; admit again (`retry`) and send again
 FAIL: Final = 3  # recorded; answer the error
 
 # Methods a retry cannot make act twice (RFC 9110 §9.2.2).
-IDEMPOTENT = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
-_MAX_REPLAYS = 2
+IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
+_MAX_REPLAYS: Final = 2
 _NO_SLOTS: Final[tuple[str, ...]] = ()
 
 

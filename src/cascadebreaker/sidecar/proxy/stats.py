@@ -24,7 +24,7 @@ LATENCY_BOUNDS: Final[tuple[float, ...]] = (
     10.0,
 )
 
-OUTCOMES = (
+OUTCOMES: Final = (
     "success",
     "failure_status",
     "timeout",
