@@ -104,3 +104,20 @@ def test_weakly_referenced_classes_stay_interpreted() -> None:
     assert "src/cascadebreaker/breaker.py" not in COMPILED
     breaker = CircuitBreaker("weakly-held")
     assert weakref.ref(breaker)() is breaker
+
+
+def test_per_request_objects_carry_no_instance_dict() -> None:
+    """The exchange and the call name the sidecar's Protocols as bases (compiled, calls through
+    those types go native); the Protocols add no slots, so interpreted the objects stay as small
+    as their own slots make them (no `__dict__`, no `__weakref__`). Compiled, mypyc reserves
+    the two pointers beside the Protocols' typing bases (never filled): interpreted only."""
+    from cascadebreaker.sidecar.http import wire
+
+    if wire.COMPILED:
+        pytest.skip("mypyc reserves dict and weakref pointers for Protocol subclasses")
+    from cascadebreaker.sidecar.proxy.call import AwaitedCall
+    from cascadebreaker.sidecar.proxy.exchange import ProxyExchange
+    from cascadebreaker.sidecar.proxy.replies import FixedExchange
+
+    for cls in (ProxyExchange, AwaitedCall, FixedExchange):
+        assert cls.__dictoffset__ == 0 and cls.__weakrefoffset__ == 0, cls

@@ -417,6 +417,8 @@ def test_status_lines_follow_the_reason_asked_for_each_time() -> None:
     assert status_line(599) == b"HTTP/1.1 599 Unknown\r\n"
     head = response_head(404, b"Gone Fishing", [(b"x-a", b"1")], b"content-length: 0\r\n")
     assert head == b"HTTP/1.1 404 Gone Fishing\r\nx-a: 1\r\ncontent-length: 0\r\n\r\n"
+    head = response_head(200, b"", [(b"x-a", b"1")], b"content-length: 0\r\n", b"via: 1.1 a\r\n")
+    assert head == b"HTTP/1.1 200 OK\r\nx-a: 1\r\nvia: 1.1 a\r\ncontent-length: 0\r\n\r\n"
 
 
 _TOKEN = st.binary(max_size=12)
@@ -430,11 +432,13 @@ def test_request_head_layout(
     """Each build's way of making a head (compiled, the constant stays as built: one way)."""
     expected = method + b" " + target + b" HTTP/1.1\r\nhost: " + host + b"\r\n"
     expected += b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+    lines = b"via: 1.1 checkout\r\n"  # ready lines go after the headers, before the framing
+    with_lines = expected + lines + framing + b"\r\n"
     expected += framing + b"\r\n"
     for compiled in (False, True):
         with mock.patch.object(wire, "COMPILED", compiled):
             assert request_head(method, target, host, headers, framing) == expected
-            assert request_head(method, target, host, iter(headers), framing) == expected
+            assert request_head(method, target, host, headers, framing, lines) == with_lines
 
 
 @given(st.integers(100, 999), _TOKEN, _HEADERS, _TOKEN)

@@ -58,6 +58,10 @@ class RequestHead:
 class Exchange(Protocol):
     """One request/response on a server connection."""
 
+    # Named as a base by the sidecar's own classes (compiled, a call through this type then
+    # goes native for them); no slots of its own, so theirs stay without an instance dict.
+    __slots__ = ()
+
     def start(self) -> None:
         """The exchange is first in line: it may write its response."""
 
@@ -95,6 +99,8 @@ class TunnelEnd(Protocol):
 
 class RequestHandler(Protocol):
     """What a listener does with requests."""
+
+    __slots__ = ()  # as Exchange's
 
     def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
         """Make the exchange that will answer `request`."""

@@ -22,6 +22,7 @@ from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
 from cascadebreaker.sidecar.proxy.hooks import Direction
 from cascadebreaker.sidecar.proxy.pipeline import CALL_SLOTS, FAIL, REPLAY, AdmitLater, CallState
 from cascadebreaker.sidecar.upstream.client import HeadersArg, RawResponse
+from cascadebreaker.sidecar.upstream.connection import ResponseSink
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ __all__ = ["AwaitedCall", "call_raw", "call_upstream"]
 CLIENT: Final = "grpc"  # what hooks see as the client of a call made from code
 
 
-class AwaitedCall(CallState):
+class AwaitedCall(CallState, ResponseSink):
     """One call of the async driver: its state for the pipeline (`pipeline.CallState`) and the
     `ResponseSink` its response is collected in, whole, into `future`."""
 

@@ -36,7 +36,7 @@ from cascadebreaker.sidecar.proxy.pipeline import (
     CallState,
 )
 from cascadebreaker.sidecar.proxy.replies import FixedExchange, upstream_error_reply
-from cascadebreaker.sidecar.upstream.connection import UpstreamConnection
+from cascadebreaker.sidecar.upstream.connection import ResponseSink, UpstreamConnection
 from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamTarget
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ _BACKPRESSURE: Final = 2  # ServerConnection's pause reason for an upstream not 
 __all__ = ["ProxyExchange"]
 
 
-class ProxyExchange(FixedExchange, CallState):
+class ProxyExchange(FixedExchange, CallState, ResponseSink):
     """Forwards one request to a route's upstream and streams the response back; it is also
     the call's state for the pipeline (no second object per request)."""
 

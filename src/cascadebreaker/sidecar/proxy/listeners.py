@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from cascadebreaker.sidecar.http.connection import ServerConnection
-from cascadebreaker.sidecar.http.exchange import Exchange, RequestHead
+from cascadebreaker.sidecar.http.exchange import Exchange, RequestHandler, RequestHead
 from cascadebreaker.sidecar.http.wire import error_response
 from cascadebreaker.sidecar.proxy.exchange import ProxyExchange
 from cascadebreaker.sidecar.proxy.hooks import Direction
@@ -73,7 +73,7 @@ def split_outbound_target(
     return None
 
 
-class OutboundHandler:
+class OutboundHandler(RequestHandler):
     """The app's calls to its upstreams."""
 
     def __init__(self, runtime: SidecarRuntime) -> None:
@@ -113,7 +113,7 @@ class OutboundHandler:
         return ProxyExchange(runtime, conn, request, route, path, Direction.OUTBOUND)
 
 
-class InboundHandler:
+class InboundHandler(RequestHandler):
     """Callers reaching the local app."""
 
     def __init__(self, runtime: SidecarRuntime) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from cascadebreaker.contract import parse_state, refusal_reason, rejection_body, whole_service
+from cascadebreaker.sidecar.http.exchange import Exchange
 from cascadebreaker.sidecar.http.wire import error_response
 from cascadebreaker.sidecar.proxy.hooks import Rejection
 from cascadebreaker.sidecar.proxy.refusals import seal
@@ -75,7 +76,7 @@ def upstream_error_reply(upstream: str, error: UpstreamError) -> ReplyBuilder:
     return build
 
 
-class FixedExchange:
+class FixedExchange(Exchange):
     """Answers with a ready response, after the (small) request body has been read."""
 
     __slots__ = ("_deferred", "conn", "finished", "request", "request_done")
