@@ -500,7 +500,8 @@ def render(report: Report) -> str:
         "",
         f"Rerun: `{RERUN}` (`--quick` for a smoke run; `--rounds`, `--seconds`)."
         " Upstream: nginx answering a 13-byte body. Every proxy keeps connections to it"
-        " alive. Latency in µs; CPU is user+system time of the proxy processes from /proc.",
+        " alive. Latency in µs; CPU is user+system time of the proxy processes from /proc (on-CPU"
+        " nanoseconds from schedstat, split into user and system by the clock ticks).",
         "",
     ]
     lines += [f"- {key}: {value}" for key, value in report.environment.items()]

@@ -13,7 +13,8 @@ Python proxy on uvloop (bench/sidecar/floor_proxies.py: a byte relay, a minimal 
 and two of those in a row); a minimal aiohttp reverse proxy. wrk (one thread) drives each
 at 1 and 16 connections; a fixed-rate client drives 1000 rps; a grpcio client drives the gRPC
 `Call` path. Rounds are interleaved (every cell once per round) so a noisy neighbour hurts all
-cells alike; each number is the median over rounds. CPU seconds come from /proc per process.
+cells alike; each number is the median over rounds. CPU seconds come from /proc per process
+(schedstat's nanoseconds, split into user and system by the clock ticks: procs.CpuReading).
 """
 
 from __future__ import annotations
@@ -76,11 +77,11 @@ class Scenario:
 def _measure(
     measured: list[Proc], run: Callable[[], tuple[float, float, float, float, int, int]]
 ) -> Sample:
-    before = {p.name: p.cpu_times() for p in measured}
+    before = {p.name: p.cpu_reading() for p in measured}
     p50, p90, p99, rps, requests, errors = run()
-    after = {p.name: p.cpu_times() for p in measured}
-    cpu = {n: sum(after[n]) - sum(before[n]) for n in after}
-    system = {n: after[n][1] - before[n][1] for n in after}
+    spent = {p.name: p.cpu_reading().split(before[p.name]) for p in measured}
+    cpu = {n: user + system for n, (user, system) in spent.items()}
+    system = {n: sys_ for n, (_, sys_) in spent.items()}
     return Sample(p50, p90, p99, rps, requests, errors, cpu, system)
 
 
