@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from cascadebreaker.cascade import Endpoint, RouteTemplates, fold_path, normalize_template
@@ -133,3 +133,31 @@ def test_cap_bounds_distinct_endpoints(paths: list[str], cap: int) -> None:
     routes = RouteTemplates(max_per_service=cap, cache_size=4)
     named = {routes.endpoint("s", "GET", p) for p in paths}
     assert len(named - {Endpoint.overflow("s")}) <= cap
+
+
+_LINES = st.tuples(
+    st.sampled_from(["payment", "cart"]),
+    st.sampled_from(["GET", "get", "POST"]),
+    st.sampled_from(["/v1/charges/42", "/v1/charges/refunds", "/v1/charges/43?x=1", "/"]),
+)
+
+
+@given(st.lists(_LINES | st.sampled_from(["add"]), max_size=12))
+@example(
+    [("payment", "GET", "/v1/charges/refunds"), "add", ("payment", "GET", "/v1/charges/refunds")]
+)
+def test_remembered_lines_name_what_a_fresh_lookup_names(steps: list[object]) -> None:
+    """The last line and the cache answer repeats; a template added between two asks of one
+    line renames it at once (the memo is dropped with the cache)."""
+    templates = RouteTemplates()
+    for step in steps:
+        if step == "add":
+            templates.add("payment", "/v1/charges/{id}")
+            continue
+        assert isinstance(step, tuple)
+        service, method, path = step
+        fresh = RouteTemplates(
+            {"payment": ["/v1/charges/{id}"]} if templates.version else None
+        ).endpoint(service, method, path)
+        assert templates.endpoint(service, method, path) == fresh
+        assert templates.endpoint(service, method, path) == fresh  # asked again: remembered

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cascadebreaker.cascade import (
     AvailabilityTable,
@@ -12,7 +14,9 @@ from cascadebreaker.cascade import (
     Learner,
     RouteTemplates,
     TraceTable,
+    hop_material,
 )
+from cascadebreaker.cascade.trust import HOP_HEADER, OPTIONAL_HEADER, SERVING_ENDPOINT_HEADER
 
 from .helpers import FakeClock, ep
 
@@ -159,3 +163,35 @@ def test_a_call_without_learning_headers_takes_the_bare_path_to_the_same_decisio
     assert hooks.hop_token("POST", "/v1/charges/1", None) == hooks.hop_token(
         "POST", "/v1/charges/1", {}.get
     )
+
+
+_CALL_LINES = st.tuples(
+    st.sampled_from(["GET", "post"]),
+    st.sampled_from(["/v1/charges/1", "/v1/charges/2"]),
+    st.sampled_from([None, "checkout GET /cart", "checkout POST /cart"]),
+    st.sampled_from([None, "1", "yes"]),
+)
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_CALL_LINES, min_size=1, max_size=10))
+def test_inbound_tokens_bind_what_a_fresh_material_binds(
+    clock: FakeClock, lines: list[tuple[str, str, str | None, str | None]]
+) -> None:
+    """The learner remembers the last material it made for an inbound token; whatever came
+    before, a token is trusted exactly when it was issued for this very line and headers."""
+    issuer = HopTrust(b"k")
+    hooks = learner(clock)
+    for method, path, serving, optional in lines:
+        headers = {
+            name: value
+            for name, value in ((SERVING_ENDPOINT_HEADER, serving), (OPTIONAL_HEADER, optional))
+            if value is not None
+        }
+        material = hop_material(method, path, headers.get)
+        for bound in (material, hop_material("GET", "/v1/charges/1", None)):
+            token = issuer.issue("cart", clock.wall(), bound)
+            decision = hooks.inbound(
+                method, path, {**headers, HOP_HEADER: token}.get, peer_host="10.0.0.1"
+            )
+            assert decision.from_sidecar is (bound == material)

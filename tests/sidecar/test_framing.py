@@ -18,6 +18,7 @@ from cascadebreaker.sidecar.http.framing import (
     FramingError,
     client_response_framing,
     forward_request_framing,
+    length_value,
     request_framing,
     response_framing,
     upgrade_requested,
@@ -337,6 +338,15 @@ def test_a_declared_length_reads_as_int_would(digits: str) -> None:
     assert response_framing(200, False, [value], False) == (int(digits), int(digits))
     assert response_framing(200, False, [b" " + value + b"\t"], False)[0] == int(digits)
     assert request_framing([value], None, False) == int(digits)
+
+
+@given(
+    st.binary(max_size=24) | st.text(alphabet="0123456789 +-_\u0663x", max_size=24).map(str.encode)
+)
+def test_a_length_value_is_its_digits_or_minus_one(raw: bytes) -> None:
+    """One pass checks and reads a length: exactly what `isdigit` accepts reads as `int`
+    reads it; anything else (empty, signs, spaces, non-ASCII digits) is -1."""
+    assert length_value(raw) == (int(raw) if raw.isdigit() else -1)
 
 
 # -- versions and keep-alive, as the reader decides them -------------------------------------

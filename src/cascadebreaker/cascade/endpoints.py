@@ -128,6 +128,10 @@ class RouteTemplates:
         # (service, method, raw path) -> Endpoint; the hot path for repeated paths.
         self._cache: dict[tuple[str, str, str], Endpoint] = {}
         self._cache_size = cache_size
+        # The last line named, compared before the cache is asked: a service sees one line
+        # again and again, and comparing three strings costs less than hashing fresh ones.
+        # One tuple, replaced whole: a reader on another thread sees an old line or a new one.
+        self._last: tuple[str, str, str, Endpoint] | None = None
         # Bumped whenever a template is added: memos of endpoints kept elsewhere are stale then.
         self.version = 0
         for service, items in (templates or {}).items():
@@ -145,13 +149,18 @@ class RouteTemplates:
         # Most literal segments first: `/v1/charges/refunds` beats `/v1/charges/{id}`.
         bucket.sort(key=lambda t: -t.literals)
         self._cache.clear()
+        self._last = None
         self.version += 1
 
     def endpoint(self, service: str, method: str, path: str) -> Endpoint:
         """Return the endpoint for a request to `service` with `method` and raw `path`."""
+        last = self._last
+        if last is not None and last[2] == path and last[1] == method and last[0] == service:
+            return last[3]
         key = (service, method, path)
         hit = self._cache.get(key)
         if hit is not None:
+            self._last = (service, method, path, hit)
             return hit
         method = method.upper()
         template = self._match(service, path)
@@ -161,6 +170,7 @@ class RouteTemplates:
         if len(self._cache) >= self._cache_size:
             self._cache.clear()  # cheap bound; refills with the hot paths
         self._cache[key] = endpoint
+        self._last = (service, method, path, endpoint)
         return endpoint
 
     def known(self, service: str) -> int:

@@ -36,10 +36,12 @@ def hop_material(method: str, path: str, get: HeaderGetter | None) -> str:
     """What a hop token binds: the request line and the learning header values (`get` None:
     a request that carries none of them)."""
     if get is None:
-        return f"{method.upper()} {path}||"
-    return (
-        f"{method.upper()} {path}|{get(SERVING_ENDPOINT_HEADER) or ''}|{get(OPTIONAL_HEADER) or ''}"
-    )
+        return _bound(method, path, "", "")
+    return _bound(method, path, get(SERVING_ENDPOINT_HEADER) or "", get(OPTIONAL_HEADER) or "")
+
+
+def _bound(method: str, path: str, serving: str, optional: str) -> str:
+    return f"{method.upper()} {path}|{serving}|{optional}"
 
 
 # The decisions are plain classes, not NamedTuples or dataclasses: compiled, those are built
@@ -130,6 +132,10 @@ class Learner:
         # Begin a trace for a request that carries none (None: never), so that an app that
         # passes `traceparent` on gives its calls a trace to be correlated with.
         self.new_traceparent = new_traceparent
+        # The last hop material made for an inbound token, with what it was made of: a
+        # caller's sidecar sends the same line again and again, and comparing four strings
+        # costs less than formatting them. One tuple, replaced whole.
+        self._material: tuple[str, str, str, str, str] = ("", "", "", "", "")
 
     def inbound(
         self, method: str, path: str, get: HeaderGetter | None, *, peer_host: str | None
@@ -144,7 +150,7 @@ class Learner:
         from_sidecar = False
         token = get(HOP_HEADER) if get is not None else None
         if token is not None:
-            material = hop_material(method, path, get)
+            material = self._inbound_material(method, path, get)
             check = self.trust.check(
                 token, peer_host=peer_host, now=self._wall(), material=material
             )
@@ -263,6 +269,25 @@ class Learner:
         call carries no learning header)."""
         material = hop_material(method, path, get)
         return self.trust.issue(self.service, self._wall(), material)
+
+    def _inbound_material(self, method: str, path: str, get: HeaderGetter | None) -> str:
+        """`hop_material(method, path, get)`, the last one remembered."""
+        serving = optional = ""
+        if get is not None:
+            serving = get(SERVING_ENDPOINT_HEADER) or ""
+            optional = get(OPTIONAL_HEADER) or ""
+        last = self._material
+        if (
+            last[4]  # none made yet
+            and last[1] == path
+            and last[0] == method
+            and last[2] == serving
+            and last[3] == optional
+        ):
+            return last[4]
+        material = _bound(method, path, serving, optional)
+        self._material = (method, path, serving, optional, material)
+        return material
 
     def _serving(self, get: HeaderGetter) -> tuple[Endpoint | None, EdgeSource, str | None]:
         named = get(SERVING_ENDPOINT_HEADER)

@@ -75,9 +75,9 @@ def request_framing(
         for other in lengths[1:]:
             if other.strip() != first:
                 raise FramingError("conflicting content-length headers")
-        if not first.isdigit():
+        length = length_value(first)
+        if length < 0:
             raise FramingError("invalid content-length")
-        length = _digits_value(first)
     else:
         return None
     if upgrade and length != 0:
@@ -111,13 +111,18 @@ def whole_body_framing(method: bytes, size: int) -> bytes:
 # -- responses, as the upstream client reads them ---------------------------------------------
 
 
-def _digits_value(digits: bytes) -> int:
-    """The number a run of ASCII digits spells (checked by the caller): compiled, the loop
-    costs a tenth of `int(bytes)`, a generic call. Long runs take `int` (no quadratic loop)."""
+def length_value(digits: bytes) -> int:
+    """The number a Content-Length value spells, or -1 unless it is one or more ASCII digits
+    (what `bytes.isdigit` accepts). One pass: compiled, the loop costs a tenth of `int(bytes)`
+    and `isdigit`, generic calls each. Long runs take `int` (no quadratic loop)."""
     if len(digits) > 18:
-        return int(digits)
+        return int(digits) if digits.isdigit() else -1
+    if not digits:
+        return -1
     value = 0
     for digit in digits:
+        if digit < 48 or digit > 57:
+            return -1
         value = value * 10 + digit - 48
     return value
 
@@ -135,13 +140,14 @@ def response_framing(
     length: int | None = None
     if lengths and not chunked:
         first = lengths[0]
-        if not first.isdigit():  # strip only when needed: a method call per response
+        length = length_value(first)
+        if length < 0:  # strip only when needed: a method call per response
             first = first.strip()
-        if not first.isdigit() or (
+            length = length_value(first)
+        if length < 0 or (
             len(lengths) > 1 and any(other.strip() != first for other in lengths[1:])
         ):
             raise FramingError("invalid content-length", 502)
-        length = _digits_value(first)
     if head_request or status in _NO_BODY_STATUSES or status < 200:
         return length, 0
     if chunked:
