@@ -210,11 +210,14 @@ def run_rounds(
         for s in paced:
             cell = report.paced.setdefault(s.name, Cell())
             cell.samples.append(_load_cell(s.measured, partial(_paced, s, seconds)))
-        grpc_targets = (
+        grpc_targets = [
             ("sidecar Call", started["sidecar"], grpc_port),
             ("empty grpc.aio server", started["grpc-floor"], started["grpc-floor"].port),
             (GRPC_FETCH, started["grpc-floor-fetch"], started["grpc-floor-fetch"].port),
-        )
+        ]
+        compiled = started.get("sidecar-compiled")
+        if compiled is not None:  # its gRPC API over the compiled pipeline and upstream client
+            grpc_targets.append(("sidecar Call" + COMPILED, compiled, compiled.extra_ports["grpc"]))
         for connections in CONNECTIONS:
             for name, proc, port in grpc_targets:
                 cell = report.grpc.setdefault((name, connections), Cell())

@@ -307,3 +307,17 @@ def test_cells_with_errors_are_named() -> None:
     report.grpc[(GRPC_FETCH, 1)] = Cell([replace(broken, errors=8161)])
     assert failed_cells(report) == [f"{GRPC_FETCH} at 1 conns (gRPC): 8,161 errors"]
     assert failed_cells(_report()) == []
+
+
+def test_the_compiled_sidecars_call_is_judged_beside_the_interpreted_one() -> None:
+    """With the compiled build measured, its gRPC Call has its own row and verdict; without
+    it, no row claims a compiled number."""
+    report = _report()
+    report.grpc[("empty grpc.aio server", 1)] = Cell([_sample(300, 400, 500, 3_000)])
+    report.grpc[("sidecar Call", 1)] = Cell([_sample(400, 500, 600, 2_000)])
+    rows = {t.what.split(":")[0]: t for t in targets(report)}
+    assert "gRPC Call p50, 1 conn (compiled build)" not in rows
+    report.grpc[("sidecar Call (compiled build)", 1)] = Cell([_sample(350, 450, 550, 2_400)])
+    rows = {t.what.split(":")[0]: t for t in targets(report)}
+    assert rows["gRPC Call p50, 1 conn"].verdict == "MISSED by 40 µs: ours (the floor meets it)"
+    assert rows["gRPC Call p50, 1 conn (compiled build)"].verdict == "met"
