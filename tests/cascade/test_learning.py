@@ -195,3 +195,46 @@ def test_inbound_tokens_bind_what_a_fresh_material_binds(
                 method, path, {**headers, HOP_HEADER: token}.get, peer_host="10.0.0.1"
             )
             assert decision.from_sidecar is (bound == material)
+
+
+def _forged(token: str) -> str:
+    return token[:-1] + ("1" if token.endswith("0") else "0")  # one MAC digit changed
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["GET", "post"]),
+            st.sampled_from(["/v1/charges/1", "/v1/orders/2"]),
+            st.sampled_from(["issued", "other line", "forged", ""]),
+            st.sampled_from(["10.0.0.1", "127.0.0.1"]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_a_hop_token_alone_is_decided_as_by_the_general_hook(
+    clock: FakeClock, requests: list[tuple[str, str, str, str]]
+) -> None:
+    """`inbound_hop` (the sidecar's shortcut for a request carrying only a hop token) decides
+    what `inbound` decides from a getter holding only that token."""
+    issuer = HopTrust(b"k")
+    general, shortcut = learner(clock), learner(clock)
+    for method, path, kind, peer in requests:
+        material = hop_material(method, path, None)
+        token = {
+            "issued": issuer.issue("cart", clock.wall(), material),
+            "other line": issuer.issue("cart", clock.wall(), "GET /elsewhere||"),
+            "forged": _forged(issuer.issue("cart", clock.wall(), material)),
+            "": "",
+        }[kind]
+        expected = general.inbound(method, path, {HOP_HEADER: token}.get, peer_host=peer)
+        got = shortcut.inbound_hop(method, path, token, peer_host=peer)
+        assert (got.endpoint, got.refusal, got.from_sidecar, got.trace_key) == (
+            expected.endpoint,
+            expected.refusal,
+            expected.from_sidecar,
+            expected.trace_key,
+        )
+        assert got.from_sidecar is (kind == "issued")

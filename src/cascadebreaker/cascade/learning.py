@@ -142,13 +142,31 @@ class Learner:
     ) -> InboundDecision:
         """Hook for a request arriving for our app (before it is forwarded); `get` None: the
         request carries none of the headers it reads (no hop token, no trace context)."""
+        token = get(HOP_HEADER) if get is not None else None
+        return self._inbound(method, path, token, get, peer_host)
+
+    def inbound_hop(
+        self, method: str, path: str, token: str, *, peer_host: str | None
+    ) -> InboundDecision:
+        """`inbound` for a request whose only header it reads is the hop token `token`: the
+        sidecar's common case (a caller's sidecar adds the token, the app added nothing),
+        without a header look-up each for the learning headers and the trace context."""
+        return self._inbound(method, path, token, None, peer_host)
+
+    def _inbound(
+        self,
+        method: str,
+        path: str,
+        token: str | None,
+        get: HeaderGetter | None,
+        peer_host: str | None,
+    ) -> InboundDecision:
         endpoint = self.templates.endpoint(self.service, method, path)
         refusal = self.table.check(endpoint)
         trickle = self.trickle
         if refusal is None and trickle is not None and trickle.held:  # any held: rare
             trickle.forget(endpoint)
         from_sidecar = False
-        token = get(HOP_HEADER) if get is not None else None
         if token is not None:
             material = self._inbound_material(method, path, get)
             check = self.trust.check(

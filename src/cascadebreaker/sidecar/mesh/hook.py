@@ -440,11 +440,18 @@ class CascadeHook(RequestHook):
     def _inbound(self, info: RequestInfo) -> Rejection | None:
         headers = info.headers
         plain = _plain_request(headers)  # nothing to learn from, nothing to strip
-        get = _NO_HEADERS.get if plain else _read(headers).get
+        found = _NO_HEADERS if plain else _read(headers)
+        get = found.get
         if self.learning:
-            decision = self.learner.inbound(
-                info.method, info.path, None if plain else get, peer_host=info.client
-            )
+            hop = found.get(HOP_HEADER)
+            if hop is not None and len(found) == 1:  # a hop token alone: the common request
+                decision = self.learner.inbound_hop(
+                    info.method, info.path, hop, peer_host=info.client
+                )
+            else:
+                decision = self.learner.inbound(
+                    info.method, info.path, None if plain else get, peer_host=info.client
+                )
             endpoint, refusal = decision.endpoint, decision.refusal
             trace_key, from_sidecar = decision.trace_key, decision.from_sidecar
             if decision.started_trace is not None:  # `start_traces`: the app joins our trace
@@ -455,7 +462,7 @@ class CascadeHook(RequestHook):
             trace_key = None
             token = get(HOP_HEADER)
             from_sidecar = token is not None and self._hop_trusted(info, get, token)
-        sent_hop = get(HOP_HEADER) or ""  # what the caller's sidecar binds our refusals to
+        sent_hop = found.get(HOP_HEADER) or ""  # what the caller's sidecar binds our refusals to
         if refusal is not None:
             self.node.refused("inbound")
             names = {"service": info.service, "endpoint": str(endpoint)}
