@@ -407,6 +407,18 @@ async def test_idle_connection_reads_again_after_an_exchange_left_it_paused() ->
     assert transport.reading
 
 
+@given(st.lists(st.tuples(st.integers(0, 999), st.sampled_from([b"", b"OK", b"Fine"]))))
+def test_remembered_status_lines_are_the_lines_asked_for(asks: list[tuple[int, bytes]]) -> None:
+    """Whatever was asked before (the last line and the per-status memo answer repeats), a
+    status line is the status and the reason asked for, or the standard one."""
+    for status, reason in asks:
+        standard = wire._REASONS.get(status, b"Unknown")
+        assert status_line(status, reason) == b"HTTP/1.1 %d %s\r\n" % (
+            status,
+            reason or standard,
+        )
+
+
 def test_status_lines_follow_the_reason_asked_for_each_time() -> None:
     """Status lines are cached per status: a different reason for the same status, or none,
     still gets its own line (never the one made before)."""

@@ -174,16 +174,23 @@ _REASONS: Final = {s.value: s.phrase.encode() for s in HTTPStatus}
 # The last status line made for each status, with the reason it was asked for: upstreams send
 # the same few, so each line is formatted once. Statuses are 3 digits: at most 900 entries.
 _STATUS_LINES: Final[dict[int, tuple[bytes, bytes]]] = {}
+# The very last line made, asked first: compared, a status needs no boxing and no hashing.
+_LAST_STATUS: Final[list[tuple[int, bytes, bytes]]] = [(-1, b"", b"")]  # no status is -1
 
 
 def status_line(status: int, reason: bytes = b"") -> bytes:
     """`HTTP/1.1 <status> <reason>\\r\\n`, with the standard reason when none is given."""
+    last = _LAST_STATUS[0]
+    if last[0] == status and last[1] == reason:
+        return last[2]
     made = _STATUS_LINES.get(status)
     if made is not None and made[0] == reason:
+        _LAST_STATUS[0] = (status, reason, made[1])
         return made[1]
     line = b"HTTP/1.1 %d %s\r\n" % (status, reason or _REASONS.get(status, b"Unknown"))
     if 100 <= status <= 999:
         _STATUS_LINES[status] = (reason, line)
+        _LAST_STATUS[0] = (status, reason, line)
     return line
 
 
