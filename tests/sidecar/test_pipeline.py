@@ -207,3 +207,17 @@ async def test_a_breaker_with_an_outcome_listener_admits_with_a_permit(
     assert call.permit is not None and not call.admitted
     assert runtime.pipeline.response(call, 200, []) is False
     assert [event.outcome for event in heard] == [Outcome.SUCCESS]
+
+
+def test_inbound_header_lines_are_made_once_per_caller_and_bounded(
+    runtime: SidecarRuntime,
+) -> None:
+    """`x-forwarded-for` and `via` for the app: one ready block per caller address, the same
+    object again for the next request; many addresses do not grow it without end."""
+    first = runtime.inbound_lines("10.0.0.7")
+    assert first == b"x-forwarded-for: 10.0.0.7\r\nvia: 1.1 checkout\r\n"
+    assert runtime.inbound_lines("10.0.0.7") is first
+    for n in range(5000):
+        lines = runtime.inbound_lines(f"10.1.{n // 256}.{n % 256}")
+        assert lines.startswith(f"x-forwarded-for: 10.1.{n // 256}.{n % 256}\r\n".encode())
+    assert len(runtime._inbound_lines) <= 4096

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 import requests
+import yaml
 
 from .conftest import SidecarProcess, Upstream, start_sidecar, start_upstream
 
@@ -242,7 +243,13 @@ def test_inbound_forwards_to_the_app_with_forwarded_for(
     assert response.text == "ok /orders/42/items"
     seen = dict(upstream.state.requests[-1]["headers"])
     assert seen["x-forwarded-for"] == "127.0.0.1"
+    service = yaml.safe_load(sidecar.config_path.read_text())["service"]
+    assert seen["via"] == f"1.1 {service}"
     assert seen["host"] == f"127.0.0.1:{sidecar.ports['inbound']}"  # the caller's Host, kept
+    # The next request on another connection gets the same lines (made once per address).
+    assert httpx.get(sidecar.url("inbound") + "/orders/43").status_code == 200
+    again = dict(upstream.state.requests[-1]["headers"])
+    assert (again["x-forwarded-for"], again["via"]) == (seen["x-forwarded-for"], seen["via"])
     assert sidecar.status()["inbound"]["success"] >= 1
 
 

@@ -393,11 +393,12 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
         request = self.request
         headers = request.headers  # copied before anything is added: it is the request's
         host = target.authority
+        lines = self.runtime.via_line
         if self.direction is Direction.INBOUND:
             # Transparent towards the app: the caller's Host is kept.
             host = request.host or host
             if request.client:
-                headers = [*headers, (b"x-forwarded-for", request.client.encode())]
+                lines = self.runtime.inbound_lines(request.client)
         info = self.info
         if info is not None and info.add_headers:
             headers = headers + info.add_headers
@@ -410,5 +411,5 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
             host,
             headers,
             forward_request_framing(length),
-            self.runtime.via_line,
+            lines,
         )

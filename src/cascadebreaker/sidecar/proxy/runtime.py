@@ -8,7 +8,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Final
 
 from cascadebreaker import CircuitBreaker, MemoryStore, State
 from cascadebreaker.contract import CIRCUIT_STATE, RETRY_AFTER, json_seconds
@@ -58,6 +58,9 @@ def _target(name: str, config: UpstreamConfig, url: str | None = None) -> Upstre
     )
 
 
+_MAX_INBOUND_LINES: Final = 4096  # caller addresses whose header lines are kept
+
+
 class SidecarRuntime:
     """Everything the listeners share. Build it inside the running event loop."""
 
@@ -71,6 +74,8 @@ class SidecarRuntime:
         self.service = config.service
         self.via = b"1.1 " + config.service.encode()
         self.via_line = b"via: " + self.via + b"\r\n"  # the header line, made once
+        # Per caller address: `x-forwarded-for` and `via`, ready for requests to the app.
+        self._inbound_lines: dict[str, bytes] = {}
         self.loop = loop or asyncio.get_running_loop()
         self.store: Store = (
             store if store is not None else build_store(config.store, config.service, config.quorum)
@@ -119,6 +124,18 @@ class SidecarRuntime:
         self.pipeline = CallPipeline(self)
         self.started_at = time.time()
         self.ready = False
+
+    def inbound_lines(self, client: str) -> bytes:
+        """`x-forwarded-for: <client>` and `via`, ready header lines for a request forwarded
+        to the app: made once per caller address (a connection's requests share its string),
+        at most 4,096 remembered."""
+        lines = self._inbound_lines.get(client)
+        if lines is None:
+            if len(self._inbound_lines) >= _MAX_INBOUND_LINES:
+                self._inbound_lines.clear()
+            lines = b"x-forwarded-for: " + client.encode() + b"\r\n" + self.via_line
+            self._inbound_lines[client] = lines
+        return lines
 
     def _breaker(self, name: str, config: UpstreamConfig) -> CircuitBreaker:
         settings = config.breaker
