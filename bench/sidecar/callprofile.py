@@ -5,6 +5,8 @@
     .venv/bin/python -m bench.sidecar.callprofile --src TREE      # a tree built before
                                       # (python -m bench.sidecar.mypyc_trial --keep DIR)
     .venv/bin/python -m bench.sidecar.callprofile --inbound       # the callee's sidecar
+    .venv/bin/python -m bench.sidecar.callprofile --grpc          # per gRPC Call
+    .venv/bin/python -m bench.sidecar.callprofile --grpc --floor relay   # grpc_floor.py's GET
 
 The sidecar runs under `valgrind --tool=callgrind` with instrumentation off while it starts
 and warms up; it is switched on (`callgrind_control -i on`) just before N requests are sent in
@@ -146,14 +148,28 @@ class Profile:
     total: float
 
 
-def profile(tree: str, n: int, workdir: Path, floor: str = "", inbound: bool = False) -> Profile:
+def profile(
+    tree: str,
+    n: int,
+    workdir: Path,
+    floor: str = "",
+    inbound: bool = False,
+    grpc: bool = False,
+) -> Profile:
     """Profile the sidecar from `tree` (or the floor proxy `floor`) serving `n` requests; with
-    `inbound`, the callee's sidecar, reached through a caller's sidecar."""
+    `inbound`, the callee's sidecar, reached through a caller's sidecar; with `grpc`, `n` gRPC
+    Calls to its gRPC listener (the floor: `grpc_floor.py` making the bare upstream GET)."""
     upstream = procs.start_upstream(workdir)
     caller: subprocess.Popen[bytes] | None = None
     try:
         port = procs.free_port()
-        if floor:
+        if grpc and floor:
+            argv = [*instructions.grpc_floor_argv(port), str(upstream.port)]
+        elif grpc:
+            argv = instructions.sidecar_argv(
+                workdir, tree, upstream.port, port, "profiled", listener="grpc"
+            )
+        elif floor:
             argv = instructions.floor_argv(floor, upstream.port, port)
         elif inbound:
             argv = inbound_argv(workdir, tree, upstream.port, port)
@@ -175,7 +191,9 @@ def profile(tree: str, n: int, workdir: Path, floor: str = "", inbound: bool = F
             env={**os.environ, "PYTHONHASHSEED": "0"},
             cwd=workdir,
         )
-        drive = instructions._http_driver(instructions._REQUEST)
+        drive = (
+            instructions._drive_grpc if grpc else instructions._http_driver(instructions._REQUEST)
+        )
         try:
             instructions._wait_ready(port, process, drive)
             if inbound:  # the requests go through a caller's sidecar, which is not counted
@@ -298,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="profile the callee's sidecar (inbound), reached through a caller's sidecar",
     )
+    parser.add_argument(
+        "--grpc",
+        action="store_true",
+        help="profile gRPC Calls to the sidecar's gRPC listener (with --floor: grpc_floor.py's"
+        " bare upstream GET)",
+    )
     parser.add_argument("-n", type=int, default=2000, help="requests counted")
     parser.add_argument("--top", type=int, default=25, help="functions listed per table")
     args = parser.parse_args(argv)
@@ -312,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench.sidecar import mypyc_trial
 
             tree = str(mypyc_trial.build(workdir / "build"))
-        result = profile(tree, args.n, workdir, args.floor or "", args.inbound)
+        result = profile(tree, args.n, workdir, args.floor or "", args.inbound, args.grpc)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     label = f"floor proxy {args.floor}" if args.floor else tree
@@ -320,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         label = "the mypyc build of this checkout"
     if args.inbound and not args.floor:
         label += ", the callee's sidecar (inbound)"
+    if args.grpc:
+        label = "grpc.aio server + bare upstream GET" if args.floor else label + ", gRPC Call"
     print(f"\nwhere a proxied request's instructions go ({label}, callgrind, n={args.n}):\n")
     print("\n".join(render(result, args.top)))
     return 0

@@ -1,6 +1,7 @@
 """System calls per proxied request, counted by strace: the sidecar beside nginx and the floors.
 
     python -m bench.sidecar.syscalls [--src TREE] [-n N]
+    python -m bench.sidecar.syscalls --grpc [--src TREE]   # per gRPC Call, beside grpc's floors
 
 Each proxy serves N requests in turn on one keep-alive connection (the same client as
 bench/sidecar/instructions.py) while `strace -c -f` is attached to it (start-up and warm-up
@@ -37,8 +38,10 @@ def parse_summary(text: str) -> dict[str, int]:
     return calls
 
 
-def _count(process: subprocess.Popen[bytes], port: int, n: int, out: Path) -> dict[str, float]:
-    drive = instructions._http_driver(instructions._REQUEST)
+def _count(
+    process: subprocess.Popen[bytes], port: int, n: int, out: Path, grpc: bool = False
+) -> dict[str, float]:
+    drive = instructions._drive_grpc if grpc else instructions._http_driver(instructions._REQUEST)
     instructions._wait_ready(port, process, drive)
     drive(port, 200)  # warm: connections open, caches filled
     tracer = subprocess.Popen(
@@ -72,12 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--src", default=str(instructions.HERE / "src"), help="a source tree")
     parser.add_argument("-n", type=int, default=2000, help="requests counted")
+    parser.add_argument("--grpc", action="store_true", help="per gRPC Call, not per request")
     args = parser.parse_args(argv)
     for tool, package in (("strace", "strace"), ("nginx", "nginx-light")):
         if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists():
             print(f"bench syscalls: {tool} is not installed (apt-get install {package})")
             return 1
     workdir = Path(tempfile.mkdtemp(prefix="ccb-bench-syscalls-"))
+    if args.grpc:
+        for line in render(grpc_rows(workdir, args.src, args.n), args.n, "gRPC Call", "server"):
+            print(line)
+        return 0
     upstream = procs.start_upstream(workdir)
     rows: list[tuple[str, dict[str, float]]] = []
     try:
@@ -108,14 +116,46 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def render(rows: list[tuple[str, dict[str, float]]], n: int) -> list[str]:
+def grpc_rows(workdir: Path, src: str, n: int) -> list[tuple[str, dict[str, float]]]:
+    """System calls per gRPC Call: the sidecar's listener, the grpc.aio server making the bare
+    upstream GET, and the empty grpc.aio server (bench/sidecar/grpc_floor.py)."""
+    upstream = procs.start_upstream(workdir)
+    rows: list[tuple[str, dict[str, float]]] = []
+    try:
+        port = procs.free_port()
+        servers = [
+            (
+                "sidecar Call",
+                instructions.sidecar_argv(workdir, src, upstream.port, port, "g", listener="grpc"),
+            ),
+            (
+                "grpc.aio server + bare upstream GET",
+                [*instructions.grpc_floor_argv(port), str(upstream.port)],
+            ),
+            ("empty grpc.aio server", instructions.grpc_floor_argv(port)),
+        ]
+        for label, command in servers:
+            process = subprocess.Popen(command, cwd=workdir)
+            try:
+                out = workdir / f"{len(rows)}.strace"
+                rows.append((label, _count(process, port, n, out, grpc=True)))
+            finally:
+                _stop(process)
+    finally:
+        upstream.stop()
+    return rows
+
+
+def render(
+    rows: list[tuple[str, dict[str, float]]], n: int, unit: str = "request", who: str = "proxy"
+) -> list[str]:
     """A markdown table: one row per proxy, one column per system call seen once per request
     or more by any of them, and the total."""
     names = sorted({name for _, calls in rows for name, per in calls.items() if per >= 0.5})
     lines = [
-        f"system calls per request (strace -c, n={n}):",
+        f"system calls per {unit} (strace -c, n={n}):",
         "",
-        "| proxy | " + " | ".join(names) + " | all |",
+        f"| {who} | " + " | ".join(names) + " | all |",
         "|---|" + "--:|" * (len(names) + 1),
     ]
     for label, calls in rows:

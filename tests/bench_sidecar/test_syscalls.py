@@ -40,3 +40,10 @@ def test_the_table_keeps_calls_made_at_least_every_other_request_and_totals_all(
     assert lines[2] == "| proxy | getsockopt | read | recvfrom | write | writev | all |"
     assert lines[4] == "| sidecar | 0.00 | 2.00 | 0.00 | 2.00 | 0.00 | 4.00 |"
     assert lines[5] == "| nginx proxy | 1.00 | 0.00 | 2.00 | 0.00 | 2.00 | 5.00 |"
+
+
+def test_the_grpc_table_counts_per_call_by_server() -> None:
+    lines = render([("sidecar Call", {"read": 3.4, "write": 7.0})], 10, "gRPC Call", "server")
+    assert lines[0] == "system calls per gRPC Call (strace -c, n=10):"
+    assert lines[2] == "| server | read | write | all |"
+    assert lines[4] == "| sidecar Call | 3.40 | 7.00 | 10.40 |"
