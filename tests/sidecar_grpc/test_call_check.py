@@ -215,6 +215,31 @@ async def test_malformed_call_is_invalid_argument(
     assert sum(grpc_sidecar.runtime.routes["payment"].stats.outcomes.values()) == 0
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x0a\x07payment\x1a\x02/\xff",  # a path that is not UTF-8
+        b"\x0a\x07payment\x1a\x09/",  # cut short
+        b"\xff\xff\xff",  # not protobuf at all
+    ],
+)
+async def test_bytes_that_are_no_call_request_are_invalid_argument(
+    grpc_sidecar: GrpcSidecar, data: bytes
+) -> None:
+    """`Call` reads its request's bytes itself: what is no `CallRequest` is refused as
+    INVALID_ARGUMENT naming `request`, nothing is called, and the next call is served."""
+    call = grpc_sidecar.channel.unary_unary(
+        "/ccb.v1.Sidecar/Call", request_serializer=None, response_deserializer=None
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(data, timeout=20)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith("request: not a ccb.v1.CallRequest")
+    assert sum(grpc_sidecar.runtime.routes["payment"].stats.outcomes.values()) == 0
+    reply = await grpc_sidecar.stub.Call(pb.CallRequest(upstream="payment", path="/"), timeout=20)
+    assert reply.status == 200
+
+
 async def test_malformed_check_endpoint_is_invalid_argument(grpc_sidecar: GrpcSidecar) -> None:
     """Check's endpoint must be `METHOD /route`."""
     with pytest.raises(grpc.aio.AioRpcError) as caught:

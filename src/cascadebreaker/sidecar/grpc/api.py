@@ -1,16 +1,8 @@
 """The sidecar's gRPC API (ccb.v1.Sidecar): `Call`, `Check` and `Watch` on a grpc.aio server.
 
-`Call` goes through `SidecarRuntime.call`: the proxy's one call pipeline, as for the outbound
-HTTP listener (hooks and the cascade, breaker, retries and their budget, stats, keep-alive
-pool); this module only maps requests and errors::
-
-    UnknownUpstream      -> NOT_FOUND
-    CallRejected         -> UNAVAILABLE + `grpc-status-details-bin` (google.rpc.Status with
-                            ErrorInfo + RetryInfo, status.py) and `ccb-rejection-bin` (a
-                            serialized Rejection, kept for one release)
-    UpstreamTimeout      -> DEADLINE_EXCEEDED + `ccb-upstream-error: timeout`
-    other UpstreamError  -> UNAVAILABLE + `ccb-upstream-error: connect|reset|protocol|error`
-    BadArgument          -> INVALID_ARGUMENT
+`Call` is `call.serve`: the proxy's one call pipeline, as for the outbound HTTP listener (hooks
+and the cascade, breaker, retries and their budget, stats, keep-alive pool), compiled with the
+request path; call.py maps its errors to gRPC statuses.
 
 With `grpc_tls:` configured the listener serves TLS (mutual TLS with `client_auth`), its
 certificates reloaded by `tls.GrpcTls`.
@@ -23,47 +15,34 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any
 
 import grpc
 
 from cascadebreaker import State
 from cascadebreaker.cascade.endpoints import Endpoint
-from cascadebreaker.cascade.trust import SERVING_ENDPOINT_HEADER
 from cascadebreaker.cascade.updates import CauseChain
 from cascadebreaker.sidecar.config import HostPort, SidecarConfig
+from cascadebreaker.sidecar.grpc.call import CallRuntime, abort, serve
 from cascadebreaker.sidecar.grpc.messages import (
-    REJECTION_METADATA,
-    UPSTREAM_ERROR_METADATA,
     BadArgument,
     cause_chain_to_proto,
     circuit_state,
-    encode_call_response,
-    rejection_to_proto,
     retry_after_ms,
     update_to_proto,
-    validate_call,
     validate_endpoint,
 )
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
-from cascadebreaker.sidecar.grpc.status import STATUS_DETAILS_METADATA, rejection_status
 from cascadebreaker.sidecar.grpc.tls import installed_tls
-from cascadebreaker.sidecar.http.wire import RawHeaders, forwardable
-from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
-from cascadebreaker.sidecar.proxy.hooks import RouteResolver
 from cascadebreaker.sidecar.proxy.ports import (
     AvailabilityView,
-    EdgesTo,
     UpdateSource,
     WatchEnded,
     WatchSubscription,
     no_updates,
 )
-from cascadebreaker.sidecar.proxy.routes import Route
-from cascadebreaker.sidecar.upstream.client import RawResponse
-from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamResponse, UpstreamTimeout
 
 __all__ = [
     "CallRuntime",
@@ -75,47 +54,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("cascadebreaker.sidecar.grpc")
-_SERVING_ENDPOINT = SERVING_ENDPOINT_HEADER.encode()
 _SERVICE = pb.DESCRIPTOR.services_by_name["Sidecar"].full_name  # ccb.v1.Sidecar
-
-
-class CallRuntime(Protocol):
-    """What the gRPC API needs from the sidecar (`SidecarRuntime` provides it)."""
-
-    service: str
-    route_resolver: RouteResolver
-    availability: AvailabilityView | None
-    update_source: UpdateSource | None
-    edges_to: EdgesTo | None
-
-    @property
-    def routes(self) -> Mapping[str, Route]:
-        """The configured upstreams by name."""
-        ...
-
-    async def call(
-        self,
-        upstream: str,
-        method: str,
-        path: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        timeout: float | None,  # noqa: ASYNC109 - per read, as in the HTTP path
-    ) -> UpstreamResponse:
-        """One REST call through the pipeline (hooks, breaker, pool, retries)."""
-        ...
-
-    async def call_raw(
-        self,
-        upstream: str,
-        method: bytes,
-        path: bytes,
-        headers: RawHeaders,
-        body: bytes,
-        timeout: float | None,  # noqa: ASYNC109 - per read, as in the HTTP path
-    ) -> RawResponse:
-        """`call` as the wire has it: end-to-end headers in bytes, the response's left raw."""
-        ...
 
 
 class SidecarService:
@@ -143,80 +82,24 @@ class SidecarService:
         """Given here, else `runtime.update_source` when the cascade set it, else silence."""
         return self._update_source or self.runtime.update_source or no_updates
 
-    async def Call(self, request: Any, context: Any) -> bytes:
-        """One REST call to an upstream through the sidecar; the reply leaves serialized
-        (`encode_call_response`: no message object per header)."""
-        try:
-            method, headers = validate_call(request)
-        except BadArgument as exc:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        upstream = request.upstream
-        runtime = self.runtime
-        route = runtime.routes.get(upstream)
-        if route is None:
-            await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
-        if request.serving_endpoint:
-            # The header names the service too (`checkout POST /v1/orders`); the field does not.
-            serving = f"{runtime.service} {request.serving_endpoint}"
-            headers.append((_SERVING_ENDPOINT, serving.encode("latin-1")))
-        if headers:
-            # Hooks see what the HTTP path shows them: end-to-end headers only.
-            headers = forwardable(headers, True)
-        try:
-            response = await runtime.call_raw(
-                upstream,
-                method,
-                request.path.encode(),
-                headers,
-                request.body,
-                _timeout(route, request.timeout_ms, context.time_remaining()),
-            )
-        except UnknownUpstream as exc:
-            await _abort(context, grpc.StatusCode.NOT_FOUND, str(exc))
-        except CallRejected as exc:
-            rejection = exc.rejection
-            message = rejection_to_proto(upstream, rejection.body, rejection.retry_after)
-            details = f"{upstream}: {rejection.body.get('error', 'rejected')}"
-            status = rejection_status(details, rejection.body)
-            await _abort(
-                context,
-                grpc.StatusCode.UNAVAILABLE,
-                details,
-                trailing_metadata=(
-                    (STATUS_DETAILS_METADATA, status.SerializeToString()),
-                    (REJECTION_METADATA, message.SerializeToString()),  # the pre-contract form
-                ),
-            )
-        except UpstreamTimeout as exc:
-            await _abort(
-                context,
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                str(exc),
-                trailing_metadata=((UPSTREAM_ERROR_METADATA, exc.kind),),
-            )
-        except UpstreamError as exc:
-            await _abort(
-                context,
-                grpc.StatusCode.UNAVAILABLE,
-                str(exc),
-                trailing_metadata=((UPSTREAM_ERROR_METADATA, exc.kind),),
-            )
-        return encode_call_response(response.status, response.headers, response.body)
+    async def Call(self, request: bytes, context: Any) -> bytes:
+        """One REST call to an upstream through the sidecar (`call.serve`, compiled)."""
+        return await serve(self.runtime, request, context)
 
     async def Check(self, request: Any, context: Any) -> Any:
         """Whether an upstream, or one endpoint of it, may be called now."""
         upstream = request.upstream
         if not upstream:
-            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "upstream: required")
+            await abort(context, grpc.StatusCode.INVALID_ARGUMENT, "upstream: required")
         route = self.runtime.routes.get(upstream)
         if route is None or route.breaker is None:
-            await _abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
+            await abort(context, grpc.StatusCode.NOT_FOUND, f"unknown upstream {upstream!r}")
         target = Endpoint.service_wide(upstream)
         if request.endpoint:
             try:
                 method, path = validate_endpoint(request.endpoint)
             except BadArgument as exc:
-                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             target = Endpoint(upstream, method, self.runtime.route_resolver(upstream, method, path))
         breaker = route.breaker
         state = breaker.state
@@ -260,7 +143,7 @@ class SidecarService:
             try:
                 validate_endpoint(text, "endpoints")
             except BadArgument as exc:
-                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         # Headers now, not with the first update (which may be long coming): the subscriber
         # knows its stream is established.
         await context.send_initial_metadata(())
@@ -275,17 +158,15 @@ class SidecarService:
                 yield update_to_proto(update)
         except WatchEnded as ended:
             # UNAVAILABLE, not OK: every gRPC client treats it as "reconnect" (docs/grpc.md).
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(ended))
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(ended))
 
 
 def add_servicer(service: SidecarService, server: Any) -> None:
     """Register the servicer as the generated `add_SidecarServicer_to_server` does, except that
-    `Call` answers serialized bytes (sent as they are: no serializer)."""
+    `Call` takes and answers serialized bytes (no deserializer or serializer: call_codec.py)."""
     handlers = {
         "Call": grpc.unary_unary_rpc_method_handler(
-            service.Call,
-            request_deserializer=pb.CallRequest.FromString,
-            response_serializer=None,
+            service.Call, request_deserializer=None, response_serializer=None
         ),
         "Check": grpc.unary_unary_rpc_method_handler(
             service.Check,
@@ -300,22 +181,6 @@ def add_servicer(service: SidecarService, server: Any) -> None:
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
     server.add_registered_method_handlers(_SERVICE, handlers)
-
-
-async def _abort(
-    context: Any, code: Any, details: str, trailing_metadata: tuple[tuple[str, Any], ...] = ()
-) -> NoReturn:
-    """End the call with a status (grpc.aio's abort raises; this tells the type checker so)."""
-    await context.abort(code, details, trailing_metadata=trailing_metadata)
-    raise AssertionError("context.abort returned")  # pragma: no cover
-
-
-def _timeout(route: Route, timeout_ms: int, remaining: float | None) -> float | None:
-    """The per-read timeout: the request's, else the upstream's, capped by the gRPC deadline."""
-    timeout = timeout_ms / 1000 if timeout_ms else None
-    if remaining is None:
-        return timeout
-    return min(timeout if timeout is not None else route.timeout, max(remaining, 0.001))
 
 
 @dataclass

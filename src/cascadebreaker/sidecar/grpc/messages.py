@@ -1,15 +1,16 @@
 """Conversions between the ccb.v1 protobuf messages and the sidecar's and cascade's own types.
 
-Pure functions: request validation (raising `BadArgument` with a message naming the field),
-rejections and cause chains to `Rejection` / `Cause`, availability updates both ways.
+Pure functions: endpoint validation (raising `BadArgument` with a message naming the field),
+rejections and cause chains to `Rejection` / `Cause`, availability updates both ways. The
+`Call` rpc's own request and reply skip message objects: call_codec.py.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from cascadebreaker.cascade.endpoints import Endpoint
 from cascadebreaker.cascade.updates import AvailabilityUpdate, Cause, CauseChain
@@ -24,9 +25,6 @@ from cascadebreaker.contract import (
 )
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
 
-if TYPE_CHECKING:  # the gRPC client imports this module: it loads nothing of the proxy
-    from cascadebreaker.sidecar.http.wire import RawHeaders
-
 __all__ = [
     "FOREVER_MS",
     "REJECTION_METADATA",
@@ -34,13 +32,10 @@ __all__ = [
     "BadArgument",
     "cause_chain_to_proto",
     "circuit_state",
-    "encode_call_response",
-    "headers_to_proto",
     "rejection_to_proto",
     "retry_after_ms",
     "update_from_proto",
     "update_to_proto",
-    "validate_call",
     "validate_endpoint",
 ]
 
@@ -54,17 +49,7 @@ FOREVER_MS = 2**64 - 1
 
 # RFC 9110 tokens: methods such as M-SEARCH are legal.
 _METHOD = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
-_BAD_VALUE = re.compile(r"[\x00\r\n]")
 _BAD_PATH = re.compile(r"[\x00-\x20\x7f]")
-_MAX_PATH = 8192
-_MAX_HEADERS = 100
-# Methods as most calls spell them, already as bytes (no regex, no encoding per call).
-_COMMON_METHODS = {
-    spelling: name.encode()
-    for name in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
-    for spelling in (name, name.lower())
-}
 _STATES: dict[State, pb.CircuitState] = {
     State.CLOSED: pb.CIRCUIT_STATE_CLOSED,
     State.OPEN: pb.CIRCUIT_STATE_OPEN,
@@ -74,51 +59,6 @@ _STATES: dict[State, pb.CircuitState] = {
 
 class BadArgument(ValueError):
     """A request field is malformed; the message names the field (INVALID_ARGUMENT)."""
-
-
-def validate_call(request: Any) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    """Check a CallRequest; return its method (default GET, upper-cased) and headers as the
-    wire has them (latin-1 bytes)."""
-    if not request.upstream:
-        raise BadArgument("upstream: required")
-    method = request.method
-    if not method:
-        method_b = b"GET"
-    elif method in _COMMON_METHODS:
-        method_b = _COMMON_METHODS[method]
-    elif _METHOD.match(method):
-        method_b = method.upper().encode("ascii")
-    else:
-        raise BadArgument(f"method: {method!r} is not an HTTP method")
-    path = request.path
-    if not path.startswith("/") or len(path) > _MAX_PATH or _BAD_PATH.search(path):
-        raise BadArgument("path: must start with '/' and hold no spaces or control characters")
-    headers: list[tuple[bytes, bytes]] = []
-    given = request.headers
-    if given:
-        if len(given) > _MAX_HEADERS:
-            raise BadArgument(f"headers: at most {_MAX_HEADERS}")
-        for header in given:
-            name, value = header.name, header.value
-            if not _TOKEN.match(name):
-                raise BadArgument(f"headers: {name!r} is not a header name")
-            if _BAD_VALUE.search(value) or not (value.isascii() or _latin1(value)):
-                raise BadArgument(f"headers: the value of {name!r} is not a header value")
-            headers.append((name.encode("ascii"), value.encode("latin-1")))
-    serving = request.serving_endpoint
-    if serving:
-        validate_endpoint(serving, "serving_endpoint")
-        if not (serving.isascii() or _latin1(serving)):  # it travels as a header value
-            raise BadArgument(f"serving_endpoint: {serving!r} is not a header value (latin-1)")
-    return method_b, headers
-
-
-def _latin1(value: str) -> bool:
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def validate_endpoint(text: str, field: str = "endpoint") -> tuple[str, str]:
@@ -241,71 +181,3 @@ def update_from_proto(message: Any) -> AvailabilityUpdate:
         signature=message.signature.hex(),
         instance=message.instance,
     )
-
-
-def headers_to_proto(headers: Iterable[tuple[str, str]]) -> list[Any]:
-    """Header pairs as `Header` messages, order and duplicates kept."""
-    return [pb.Header(name=name, value=value) for name, value in headers]
-
-
-def encode_call_response(status: int, headers: RawHeaders, body: bytes) -> bytes:
-    """A `CallResponse` serialized, straight from the upstream's raw response.
-
-    What `CallResponse(status, headers=[Header(name.lower(), value)], body)` serializes to,
-    byte for byte (tests/sidecar_grpc/test_messages.py), without building a message object
-    per header: names lower-cased, latin-1 text as UTF-8, fields in number order, defaults
-    (0, empty) left out.
-    """
-    parts = [_STATUS_FIELDS.get(status) or (b"\x08" + _varint(status) if status else b"")]
-    append = parts.append
-    for name, value in headers:
-        size_name, size_value = len(name), len(value)
-        # The common header: ASCII, short, neither part empty (one format, one append).
-        if (
-            size_name
-            and size_value
-            and size_name + size_value < 124
-            and name.isascii()
-            and value.isascii()
-        ):
-            append(
-                b"\x12%c\x0a%c%s\x12%c%s"
-                % (size_name + size_value + 4, size_name, name.lower(), size_value, value)
-            )
-            continue
-        append(_header_field(name, value))
-    size = len(body)
-    if size:
-        append(b"\x1a%c" % size if size < 128 else b"\x1a" + _varint(size))
-        append(body)
-    return b"".join(parts)
-
-
-def _header_field(name: bytes, value: bytes) -> bytes:
-    """A `Header` as field 2 of `CallResponse`, any length or text (latin-1 as UTF-8)."""
-    name = name.lower() if name.isascii() else name.decode("latin-1").lower().encode()
-    if not value.isascii():
-        value = value.decode("latin-1").encode()
-    header = _field(0x0A, name) + _field(0x12, value)
-    return b"\x12" + _varint(len(header)) + header
-
-
-def _field(tag: int, data: bytes) -> bytes:
-    """A length-delimited field; nothing for empty data (proto3 leaves defaults out)."""
-    return bytes((tag,)) + _varint(len(data)) + data if data else b""
-
-
-def _varint(number: int) -> bytes:
-    """A protobuf base-128 varint (non-negative numbers)."""
-    if number < 128:
-        return bytes((number,))
-    out = bytearray()
-    while number >= 128:
-        out.append((number & 0x7F) | 0x80)
-        number >>= 7
-    out.append(number)
-    return bytes(out)
-
-
-# `status = n` as field 1, made once for every HTTP status.
-_STATUS_FIELDS = {status: b"\x08" + _varint(status) for status in range(100, 1000)}
