@@ -321,3 +321,23 @@ def test_the_compiled_sidecars_call_is_judged_beside_the_interpreted_one() -> No
     rows = {t.what.split(":")[0]: t for t in targets(report)}
     assert rows["gRPC Call p50, 1 conn"].verdict == "MISSED by 40 µs: ours (the floor meets it)"
     assert rows["gRPC Call p50, 1 conn (compiled build)"].verdict == "met"
+
+
+def test_with_several_rounds_the_verdict_says_in_how_many_the_target_was_met() -> None:
+    """Three rounds: the hop's median (60 µs) misses 2x nginx's 25 µs, but the first round's
+    own numbers (40 µs) meet it: 'met in 1 of 3 rounds', a verdict within the run's noise.
+    Memory, measured once a run, gets no count."""
+    report = _report()
+    report.wrk[("nginx proxy", 1)] = Cell([_sample(45, 50, 150, 20_000)] * 3)
+    report.wrk[("direct", 1)] = Cell([_sample(20, 30, 100, 40_000)] * 3)
+    report.wrk[("sidecar (outbound)", 1)] = Cell(
+        [_sample(60, 90, 300, 10_000), _sample(80, 90, 300, 10_000), _sample(90, 90, 300, 10_000)]
+    )
+    report.wrk[("direct", 16)] = Cell([_sample(200, 300, 900, 60_000)] * 3)
+    report.wrk[("sidecar (outbound)", 16)] = Cell([_sample(900, 1500, 3000, 48_000)] * 3)
+    report.wrk[("nginx proxy", 16)] = Cell([_sample(300, 400, 900, 50_000)] * 3)
+    verdicts = {t.what.split(":")[0]: t.verdict for t in targets(report)}
+    assert verdicts["added p50 per hop, 1 conn"] == "MISSED by 10 µs; met in 1 of 3 rounds"
+    assert verdicts["throughput at 16 conns"] == "met, in 3 of 3 rounds"
+    assert verdicts["peak RSS of sidecar"] == "met"
+    assert verdicts["pair at 1000 rps, added p90"] == "-"
