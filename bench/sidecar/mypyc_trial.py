@@ -54,17 +54,7 @@ def build(dest: Path) -> Path:
     )
     started = time.monotonic()
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist")]
-    done = subprocess.run(
-        [*pip, str(project)],
-        env={**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"the compiled build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
+    run_build([*pip, str(project)], {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"})
     (wheel,) = (dest / "dist").glob("cascadebreaker-*.whl")
     tree = dest / "src"
     with zipfile.ZipFile(wheel) as archive:
@@ -76,6 +66,17 @@ def build(dest: Path) -> Path:
     took = time.monotonic() - started
     print(f"built {wheel.name}: {len(compiled_modules())} modules in {took:.0f} s", flush=True)
     return tree
+
+
+def run_build(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+    """Run a build command with `env` added; its output's tail in the error when it fails."""
+    done = subprocess.run(
+        argv, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the compiled build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
 
 
 def under_wrk(

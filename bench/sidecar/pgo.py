@@ -23,10 +23,8 @@ directory is a fresh temporary one, and the profile is keyed by the object files
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -53,18 +51,9 @@ def _compile(project: Path, cflags: str) -> None:
             shutil.rmtree(old)
         elif old.exists():
             old.unlink()
-    done = subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--inplace"],
-        cwd=project,
-        env={**os.environ, "CFLAGS": cflags},
-        capture_output=True,
-        text=True,
-        check=False,
+    mypyc_trial.run_build(
+        [sys.executable, "setup.py", "build_ext", "--inplace"], {"CFLAGS": cflags}, project
     )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"the compiled build failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-        )
 
 
 def train(tree: Path, workdir: Path) -> None:

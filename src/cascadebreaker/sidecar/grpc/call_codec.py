@@ -26,10 +26,16 @@ from google.protobuf.message import DecodeError
 
 from cascadebreaker.sidecar.grpc.messages import BadArgument, validate_endpoint
 from cascadebreaker.sidecar.grpc.proto_gen import sidecar_pb2 as pb
+from cascadebreaker.sidecar.http.wire import RawHeaders
 
-__all__ = ["CallArgs", "call_args", "decode_call", "encode_call_response", "scan_call"]
-
-RawHeaders = list[tuple[bytes, bytes]]
+__all__ = [
+    "CallArgs",
+    "call_args",
+    "decode_call",
+    "encode_call_response",
+    "message_args",
+    "scan_call",
+]
 
 # RFC 9110 tokens (as messages.py has them for text): methods such as M-SEARCH are legal.
 _METHOD: Final = re.compile(rb"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}$")
