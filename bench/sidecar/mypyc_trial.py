@@ -43,26 +43,36 @@ def compiled_modules() -> list[str]:
     return [str(pattern).lstrip("/") for pattern in hook["include"]]
 
 
-def build(dest: Path) -> Path:
-    """Build the compiled wheel from a copy of this checkout and unpack it; its tree's path."""
-    project = dest / "project"
+def copy_project(project: Path) -> Path:
+    """What a wheel is built from, copied from this checkout (the hook compiles in place)."""
+    project.mkdir(parents=True, exist_ok=True)
     for name in ("pyproject.toml", "README.md"):
-        project.mkdir(parents=True, exist_ok=True)
         shutil.copy2(HERE / name, project / name)
     shutil.copytree(
         HERE / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.so")
     )
-    started = time.monotonic()
-    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist")]
-    run_build([*pip, str(project)], {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"})
-    (wheel,) = (dest / "dist").glob("cascadebreaker-*.whl")
-    tree = dest / "src"
+    return project
+
+
+def unpack(wheel: Path, tree: Path) -> Path:
+    """Unpack a compiled wheel into `tree` (.so beside .py); stop if a module lacks its .so."""
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(tree)
     sources = [tree / m.removeprefix("src/") for m in compiled_modules()]
     missing = [str(p) for p in sources if not list(p.parent.glob(f"{p.stem}.*.so"))]
     if missing:
         raise RuntimeError(f"{wheel.name} lacks the compiled {missing}")
+    return tree
+
+
+def build(dest: Path) -> Path:
+    """Build the compiled wheel from a copy of this checkout and unpack it; its tree's path."""
+    project = copy_project(dest / "project")
+    started = time.monotonic()
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist")]
+    run_build([*pip, str(project)], {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"})
+    (wheel,) = (dest / "dist").glob("cascadebreaker-*.whl")
+    tree = unpack(wheel, dest / "src")
     took = time.monotonic() - started
     print(f"built {wheel.name}: {len(compiled_modules())} modules in {took:.0f} s", flush=True)
     return tree

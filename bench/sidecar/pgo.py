@@ -1,32 +1,36 @@
-"""The compiled build with profile-guided optimisation (PGO), against the plain compiled build.
+"""The compiled build with profile-guided optimisation (PGO): the wheel that ships, and its gain.
 
-    .venv/bin/python -m bench.sidecar.pgo [--keep DIR] [--rounds 7]
+    .venv/bin/python -m bench.sidecar.pgo --wheel DIST           # build the PGO wheel into DIST
+    .venv/bin/python -m bench.sidecar.pgo [--keep DIR] [--rounds 7]   # PGO against plain
 
 A gRPC `Call` inside grpc.aio, and a request at a fixed 1000 rps, run with cold caches: the
 data plane's code is evicted between two requests (docs/benchmarks.md, "The compiled Call").
-Laying its hot code out together is then worth more than fewer instructions. This builds the
-same modules as the mypyc hook (pyproject.toml's list) twice in one fixed directory: first
-instrumented (`-fprofile-generate`), then, after a training run, with the profile
-(`-fprofile-use`: gcc puts the functions the training ran into `.text.hot`, the rest into
-`.text.unlikely`, and arranges branches by what was taken).
+Laying its hot code out together is then worth more than fewer instructions. The wheel is
+built by the mypyc hook (`HATCH_BUILD_HOOK_ENABLE_MYPYC=1`, pyproject.toml's list) twice, in
+one fixed build directory (`HATCH_MYPYC_BUILD_DIR`: gcc keys a profile by the object files'
+paths): first instrumented (`-fprofile-generate`), then, after a training run, with the
+profile (`-fprofile-use`: gcc puts the functions the training ran into `.text.hot`, the rest
+into `.text.unlikely`, and arranges branches by what was taken; `-fprofile-partial-training`
+keeps what the training never ran optimised as in the plain build).
 
-Training: a caller's and a callee's sidecar of the instrumented tree in front of nginx,
+Training: a caller's and a callee's sidecar of the instrumented wheel in front of nginx,
 20,000 proxied requests through both, 5,000 gRPC Calls through the caller's; the processes
-stop cleanly (the counts are written at exit). Then the PGO tree and the plain compiled tree
-are measured side by side, interleaved: gRPC `Call` p50 and CPU at 1 connection, the pair's
-added p90 and CPU at 1000 rps, and wrk's 16 connections.
-
-The wheel users build (`HATCH_BUILD_HOOK_ENABLE_MYPYC=1`) is not profile-guided: its build
-directory is a fresh temporary one, and the profile is keyed by the object files' paths.
+stop cleanly (the counts are written at exit). The comparison measures the PGO wheel and the
+plain compiled wheel side by side, interleaved: gRPC `Call` p50 and CPU at 1 connection, the
+pair's added p90 and CPU at 1000 rps, and wrk's 16 connections. `scripts/build-compiled`
+runs `--wheel`; `scripts/test-compiled` tests the wheel it builds.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
@@ -37,23 +41,25 @@ from bench.sidecar.loadgen import grpc_calls, paced_http
 from bench.sidecar.run import _on_loop
 
 HERE = Path(__file__).resolve().parents[2]
-_SETUP = """\
-from setuptools import setup
-from mypyc.build import mypycify
-
-setup(name="ccb-pgo", package_dir={{"": "src"}}, ext_modules=mypycify({args!r}))
-"""
+_GENERATE = "-fprofile-generate -fprofile-update=atomic -fprofile-dir={profile}"
+_USE = "-fprofile-use -fprofile-dir={profile} -fprofile-partial-training -Wno-missing-profile"
 
 
-def _compile(project: Path, cflags: str) -> None:
-    for old in [*project.glob("src/**/*.so"), project / "build"]:
-        if old.is_dir():
-            shutil.rmtree(old)
-        elif old.exists():
-            old.unlink()
-    mypyc_trial.run_build(
-        [sys.executable, "setup.py", "build_ext", "--inplace"], {"CFLAGS": cflags}, project
-    )
+def hook_wheel(project: Path, build_dir: Path, out: Path, cflags: str) -> Path:
+    """The mypyc hook's wheel of `project` into `out`, compiled in `build_dir` (made afresh,
+    at the same path each time) with `cflags` added to the user's."""
+    shutil.rmtree(build_dir, ignore_errors=True)
+    build_dir.mkdir(parents=True)
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    pip += ["-w", str(out)]
+    env = {
+        "HATCH_BUILD_HOOK_ENABLE_MYPYC": "1",
+        "HATCH_MYPYC_BUILD_DIR": str(build_dir),
+        "CFLAGS": f"{os.environ.get('CFLAGS', '')} {cflags}".strip(),
+    }
+    mypyc_trial.run_build([*pip, str(project)], env)
+    (wheel,) = out.glob("cascadebreaker-*.whl")
+    return wheel
 
 
 def train(tree: Path, workdir: Path) -> None:
@@ -75,28 +81,49 @@ def train(tree: Path, workdir: Path) -> None:
         upstream.stop()
 
 
-def build(dest: Path) -> Path:
-    """Build the PGO tree in `dest` (a new directory): the modules compiled, .so beside .py."""
-    project = dest / "project"
-    shutil.copytree(
-        HERE / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+def build_wheel(dest: Path, out: Path) -> Path:
+    """Build the PGO wheel into `out`; `dest` (a new directory) holds the build, the
+    instrumented wheel and the profile."""
+    started = time.monotonic()
+    project = mypyc_trial.copy_project(dest / "project")
+    build_dir, profile = dest / "build", dest / "profile"
+    instrumented = hook_wheel(
+        project, build_dir, dest / "instrumented", _GENERATE.format(profile=profile)
     )
-    modules = mypyc_trial.compiled_modules()
-    (project / "setup.py").write_text(_SETUP.format(args=["--ignore-missing-imports", *modules]))
-    profile = dest / "profile"
-    tree = project / "src"
-    _compile(project, f"-fprofile-generate -fprofile-update=atomic -fprofile-dir={profile}")
-    train(tree, dest)
-    if not list(profile.glob("*.gcda")):
+    train(mypyc_trial.unpack(instrumented, dest / "instrumented-src"), dest)
+    if not list(profile.rglob("*.gcda")):
         raise RuntimeError(f"the training run wrote no profile into {profile}")
-    _compile(
-        project,
-        f"-fprofile-use -fprofile-dir={profile} -fprofile-partial-training -Wno-missing-profile",
-    )
-    missing = [m for m in modules if not list((project / m).parent.glob(f"{Path(m).stem}.*.so"))]
-    if missing:
-        raise RuntimeError(f"the PGO build lacks the compiled {missing}")
-    return tree
+    built = hook_wheel(project, build_dir, dest / "dist", _USE.format(profile=profile))
+    hot = sum(hot_text_bytes(o) for o in build_dir.rglob("*.o"))
+    if not hot:  # gcc found no profile it could use: a plain build, not the one promised
+        raise RuntimeError(f"the profile in {profile} was not used (no .text.hot in the build)")
+    wheel = deliver(built, out)
+    took = time.monotonic() - started
+    print(f"built {wheel.name} (PGO) in {took:.0f} s", flush=True)
+    return wheel
+
+
+def deliver(built: Path, out: Path) -> Path:
+    """Copy a built wheel into `out` (which may hold others: each build writes into its own)."""
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copy2(built, out / built.name))
+
+
+def hot_text_bytes(obj: Path) -> int:
+    """The size of an object file's `.text.hot` section: where gcc puts what a profile says
+    is hot (0 when it has none)."""
+    done = subprocess.run(["readelf", "-SW", str(obj)], capture_output=True, text=True, check=True)
+    for line in done.stdout.splitlines():
+        fields = line.replace("]", "] ").split()
+        if ".text.hot" in fields:
+            at = fields.index(".text.hot")
+            return int(fields[at + 4], 16)  # name, type, address, offset, size
+    return 0
+
+
+def build(dest: Path) -> Path:
+    """Build the PGO wheel in `dest` (a new directory) and unpack it; its tree's path."""
+    return mypyc_trial.unpack(build_wheel(dest, dest / "dist"), dest / "src")
 
 
 def compare(trees: dict[str, Path], rounds: int) -> list[str]:
@@ -168,7 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--keep", type=Path, help="build into this (new) directory and keep it")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--wheel", type=Path, help="only build the PGO wheel into this directory")
+    parser.add_argument("--plain", action="store_true", help="with --wheel: no PGO, no training")
     args = parser.parse_args(argv)
+    if args.wheel is not None:
+        with tempfile.TemporaryDirectory(prefix="ccb-pgo-") as scratch:
+            if args.plain:
+                project = mypyc_trial.copy_project(Path(scratch) / "project")
+                built = hook_wheel(project, Path(scratch) / "build", Path(scratch) / "dist", "")
+                print(f"built {deliver(built, args.wheel.resolve()).name} (plain)", flush=True)
+            else:
+                build_wheel(Path(scratch), args.wheel.resolve())
+        return 0
     dest = args.keep or Path(tempfile.mkdtemp(prefix="ccb-pgo-"))
     try:
         plain = mypyc_trial.build(dest / "plain")

@@ -328,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compiled",
         action="store_true",
-        help="also build the opt-in mypyc wheel (needs a C compiler, ~2 min) and measure it",
+        help="also build the opt-in compiled wheel (mypyc, profile-guided, as "
+        "scripts/build-compiled does: needs a C compiler, ~4 min) and measure it",
     )
     parser.add_argument(
         "--idle",
@@ -361,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         compiled = None
         if args.compiled:
-            from bench.sidecar.mypyc_trial import build
+            from bench.sidecar.pgo import build
 
-            try:
+            try:  # the wheel that ships: scripts/build-compiled's, profile-guided
                 compiled = build(workdir / "compiled")
             except RuntimeError as exc:  # no compiler, or mypyc refused the code
                 raise procs.BenchSetupError(f"--compiled: {exc}") from exc

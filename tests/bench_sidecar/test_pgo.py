@@ -1,8 +1,16 @@
-"""The PGO comparison's table (building and measuring are benchmarks, not tests)."""
+"""The PGO build's steps and the comparison's table (building the wheel and measuring it are
+scripts/test-compiled's and the benchmark's; these check the pieces that decide them)."""
 
 from __future__ import annotations
 
-from bench.sidecar.pgo import _SETUP, render
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.sidecar import mypyc_trial, pgo
+from bench.sidecar.pgo import render
 
 
 def test_each_build_is_a_row_of_medians_over_rounds() -> None:
@@ -20,7 +28,96 @@ def test_each_build_is_a_row_of_medians_over_rounds() -> None:
     assert lines[5] == "| compiled, PGO | 410.0 | 51,000.0 |"
 
 
-def test_the_setup_script_compiles_the_modules_it_is_given() -> None:
-    script = _SETUP.format(args=["--ignore-missing-imports", "src/cascadebreaker/permit.py"])
-    compile(script, "setup.py", "exec")  # valid Python
-    assert "mypycify(['--ignore-missing-imports', 'src/cascadebreaker/permit.py'])" in script
+def _object(tmp_path: Path, source: str) -> Path:
+    gcc = shutil.which("gcc")
+    assert gcc, "gcc is needed (scripts/test-compiled needs it too)"
+    c = tmp_path / "unit.c"
+    c.write_text(source)
+    subprocess.run([gcc, "-O2", "-c", str(c), "-o", str(tmp_path / "unit.o")], check=True)
+    return tmp_path / "unit.o"
+
+
+def test_hot_text_is_measured_in_a_real_object_file(tmp_path: Path) -> None:
+    hot = _object(tmp_path, "__attribute__((hot)) int f(int x) { return x * 3 + 1; }\n")
+    assert pgo.hot_text_bytes(hot) > 0
+    plain = _object(tmp_path, "int f(int x) { return x * 3 + 1; }\n")
+    assert pgo.hot_text_bytes(plain) == 0
+
+
+def test_each_build_is_in_the_same_fresh_directory_with_the_users_cflags_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_build(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+        assert not any(Path(env["HATCH_MYPYC_BUILD_DIR"]).iterdir())  # made afresh
+        seen.append((argv, env))
+        out = Path(argv[argv.index("-w") + 1])
+        out.mkdir(exist_ok=True)
+        (out / "cascadebreaker-0.1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
+
+    monkeypatch.setattr(mypyc_trial, "run_build", fake_build)
+    monkeypatch.setenv("CFLAGS", "-march=x86-64-v2")
+    build_dir = tmp_path / "build"
+    for flags in ("-fprofile-generate", "-fprofile-use"):
+        (build_dir / "left-over").mkdir(parents=True, exist_ok=True)
+        pgo.hook_wheel(tmp_path / "project", build_dir, tmp_path / "out", flags)
+    (first, env1), (_, env2) = seen
+    assert env1["HATCH_MYPYC_BUILD_DIR"] == env2["HATCH_MYPYC_BUILD_DIR"] == str(build_dir)
+    assert env1["CFLAGS"] == "-march=x86-64-v2 -fprofile-generate"
+    assert env2["CFLAGS"] == "-march=x86-64-v2 -fprofile-use"
+    assert env1["HATCH_BUILD_HOOK_ENABLE_MYPYC"] == "1"
+    # The venv's mypyc, at a fixed path: the profile's checksums cover the headers' paths.
+    assert "--no-build-isolation" in first
+
+
+def _fake_steps(monkeypatch: pytest.MonkeyPatch, *, profile: bool, hot: int) -> None:
+    def fake_wheel(project: Path, build_dir: Path, out: Path, cflags: str) -> Path:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        (build_dir / "native.o").write_bytes(b"")
+        out.mkdir(parents=True, exist_ok=True)
+        wheel = out / "cascadebreaker-0.1.0-cp311-cp311-linux_x86_64.whl"
+        wheel.write_bytes(cflags.encode())
+        return wheel
+
+    def fake_train(tree: Path, workdir: Path) -> None:
+        if profile:
+            gcda = workdir / "profile" / "tmp" / "build" / "native.gcda"  # nested, as gcc 12 does
+            gcda.parent.mkdir(parents=True)
+            gcda.write_bytes(b"")
+
+    monkeypatch.setattr(mypyc_trial, "copy_project", lambda project: project)
+    monkeypatch.setattr(mypyc_trial, "unpack", lambda wheel, tree: tree)
+    monkeypatch.setattr(pgo, "hook_wheel", fake_wheel)
+    monkeypatch.setattr(pgo, "train", fake_train)
+    monkeypatch.setattr(pgo, "hot_text_bytes", lambda obj: hot)
+
+
+def test_the_wheel_is_the_one_built_with_the_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_steps(monkeypatch, profile=True, hot=4096)
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "dist" / "cascadebreaker-0.0.9-py3-none-any.whl").write_bytes(b"older")
+    wheel = pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
+    assert wheel.parent == tmp_path / "dist"
+    assert wheel.read_bytes().startswith(b"-fprofile-use")
+    assert (tmp_path / "dist" / "cascadebreaker-0.0.9-py3-none-any.whl").exists()  # kept
+
+
+def test_a_training_that_wrote_no_profile_fails_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_steps(monkeypatch, profile=False, hot=4096)
+    with pytest.raises(RuntimeError, match="wrote no profile"):
+        pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
+    assert not (tmp_path / "dist").exists()
+
+
+def test_a_profile_gcc_did_not_use_fails_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_steps(monkeypatch, profile=True, hot=0)
+    with pytest.raises(RuntimeError, match="was not used"):
+        pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
+    assert not (tmp_path / "dist").exists()
