@@ -106,7 +106,10 @@ def build_wheel(dest: Path, out: Path) -> Path:
 def deliver(built: Path, out: Path) -> Path:
     """Copy a built wheel into `out` (which may hold others: each build writes into its own)."""
     out.mkdir(parents=True, exist_ok=True)
-    return Path(shutil.copy2(built, out / built.name))
+    wheel = out / built.name
+    if wheel.resolve() != built.resolve():
+        shutil.copy2(built, wheel)
+    return wheel
 
 
 def hot_text_bytes(obj: Path) -> int:

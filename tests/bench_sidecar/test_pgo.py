@@ -121,3 +121,16 @@ def test_a_profile_gcc_did_not_use_fails_the_build(
     with pytest.raises(RuntimeError, match="was not used"):
         pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
     assert not (tmp_path / "dist").exists()
+
+
+def test_the_tree_the_benchmark_measures_is_unpacked_from_that_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_steps(monkeypatch, profile=True, hot=4096)
+    unpacked: list[tuple[Path, Path]] = []
+    monkeypatch.setattr(mypyc_trial, "unpack", lambda w, t: unpacked.append((w, t)) or t)
+    tree = pgo.build(tmp_path / "compiled")
+    (instrumented, _), (wheel, last) = unpacked
+    assert instrumented.read_bytes().startswith(b"-fprofile-generate")
+    assert tree == last
+    assert wheel.read_bytes().startswith(b"-fprofile-use")
