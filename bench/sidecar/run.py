@@ -289,14 +289,34 @@ def environment(rounds: int, seconds: float, load_before: float) -> dict[str, st
     except importlib.metadata.PackageNotFoundError:
         loop = "asyncio"
     return {
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} "
-        f"{platform.release()}",
-        "python": f"{platform.python_version()} ({loop})",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}), "
+        f"{platform.system()} {platform.release()}",
+        "python": f"{platform.python_version()} ({loop}); {python_speed()}",
         "tools": f"wrk {wrk_version} (1 thread), nginx {_nginx_version()} (1 process)",
         "method": f"{rounds} interleaved rounds x {seconds:g} s per cell; medians over rounds",
         "load average before the run": f"{load_before:.2f}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it ('?' when it does not)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+def python_speed() -> str:
+    """A yardstick for comparing runs made on different machines: the interpreter's time for
+    one small loop (the sidecar's costs move with it more than nginx's do)."""
+    import timeit
+
+    best = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000
+    return f"{best * 1e6:.1f} µs per sum(range(1000))"
 
 
 def _nginx_version() -> str:
