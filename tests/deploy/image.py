@@ -5,6 +5,8 @@ No image registry is reachable here, so the base is built from Debian packages
 gives the same base, as a pulled tag would (CCB_REBUILD_BASE=1 rebuilds it). The package index
 is reached from the host only: the host's Debian python3 (the base's interpreter, same version,
 so environment markers agree) builds a wheelhouse that the Dockerfile installs with --no-index.
+With CCB_COMPILED_WHEEL set (.ci/run sets it to scripts/build-compiled's wheel), that wheel
+replaces the pure-Python one in the wheelhouse: the image's sidecar is the compiled build.
 """
 
 from __future__ import annotations
@@ -81,6 +83,23 @@ class BuiltImage:
     size_bytes: int
     base_seconds: float  # 0 when the cached base was used
     build_seconds: float
+    compiled: bool  # the compiled wheel (CCB_COMPILED_WHEEL) is what it installed
+
+
+COMPILED_WHEEL = "CCB_COMPILED_WHEEL"
+
+
+def compiled_wheel() -> Path | None:
+    """The compiled wheel to ship in the image, when one is given (under CI it must be)."""
+    value = os.environ.get(COMPILED_WHEEL, "")
+    if not value:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{COMPILED_WHEEL} is not set: .ci/run builds the image's compiled wheel")
+        return None
+    wheel = Path(value)
+    assert wheel.is_file(), f"{COMPILED_WHEEL}={value}: no such file"
+    assert not wheel.name.endswith("-none-any.whl"), f"{COMPILED_WHEEL}={value} is pure Python"
+    return wheel
 
 
 def base_tag() -> str:
@@ -155,6 +174,11 @@ def build_image() -> BuiltImage:
             check=False,
         )
         assert wheels.returncode == 0, f"pip wheel: {wheels.stderr[-3000:]}"
+        compiled = compiled_wheel()
+        if compiled is not None:  # the one cascadebreaker wheel pip can pick
+            for pure in (ctx / "wheelhouse").glob("cascadebreaker-*.whl"):
+                pure.unlink()
+            shutil.copy(compiled, ctx / "wheelhouse" / compiled.name)
         podman(
             "build",
             "--network",
@@ -169,7 +193,8 @@ def build_image() -> BuiltImage:
             timeout=900,
         )
     size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).strip())
-    return BuiltImage(IMAGE, base, size, base_seconds, time.monotonic() - started)
+    took = time.monotonic() - started
+    return BuiltImage(IMAGE, base, size, base_seconds, took, compiled is not None)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,34 @@ def test_image_runs_ccb_as_the_sidecar_uid(image: BuiltImage) -> None:
     assert podman(
         "run", "--rm", "--network", "none", "--entrypoint", "iptables", image.tag, "--version"
     ).startswith("iptables v")
+
+
+def test_the_image_runs_the_compiled_build_when_built_with_it(image: BuiltImage) -> None:
+    """Every module the mypyc hook compiles loads as its .so inside the image."""
+    if not image.compiled:
+        pytest.skip("CCB_COMPILED_WHEEL is not set: a pure-Python image (CI sets it)")
+    modules = [
+        path.lstrip("/").removeprefix("src/").removesuffix(".py").replace("/", ".")
+        for path in _pyproject_hook()["include"]
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    print(name, importlib.import_module(name).__file__)\n"
+    )
+    out = podman(
+        "run", "--rm", "--network", "none", "--entrypoint", "python", image.tag, "-c", code
+    )
+    loaded = dict(line.split(" ", 1) for line in out.splitlines())
+    assert sorted(loaded) == sorted(modules)
+    interpreted = {name: file for name, file in loaded.items() if not file.endswith(".so")}
+    assert not interpreted
+
+
+def _pyproject_hook() -> dict[str, Any]:
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    hook: dict[str, Any] = config["tool"]["hatch"]["build"]["targets"]["wheel"]["hooks"]["mypyc"]
+    return hook
 
 
 def test_netinit_in_the_image(image: BuiltImage) -> None:
