@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
@@ -97,6 +98,9 @@ def build_wheel(dest: Path, out: Path) -> Path:
     hot = sum(hot_text_bytes(o) for o in build_dir.rglob("*.o"))
     if not hot:  # gcc found no profile it could use: a plain build, not the one promised
         raise RuntimeError(f"the profile in {profile} was not used (no .text.hot in the build)")
+    instrumented_left = instrumented_modules(built)
+    if instrumented_left:  # they would write counts under dest/ at every exit, wherever run
+        raise RuntimeError(f"{built.name} ships instrumented code: {instrumented_left}")
     wheel = deliver(built, out)
     took = time.monotonic() - started
     print(f"built {wheel.name} (PGO) in {took:.0f} s", flush=True)
@@ -110,6 +114,14 @@ def deliver(built: Path, out: Path) -> Path:
     if wheel.resolve() != built.resolve():
         shutil.copy2(built, wheel)
     return wheel
+
+
+def instrumented_modules(wheel: Path) -> list[str]:
+    """The wheel's extension modules that carry gcc's profiling runtime (`__gcov_`)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return [
+            n for n in archive.namelist() if n.endswith(".so") and b"__gcov_" in archive.read(n)
+        ]
 
 
 def hot_text_bytes(obj: Path) -> int:

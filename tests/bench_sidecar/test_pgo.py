@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,13 +72,18 @@ def test_each_build_is_in_the_same_fresh_directory_with_the_users_cflags_kept(
     assert "--no-build-isolation" in first
 
 
-def _fake_steps(monkeypatch: pytest.MonkeyPatch, *, profile: bool, hot: int) -> None:
+def _fake_steps(
+    monkeypatch: pytest.MonkeyPatch, *, profile: bool, hot: int, stale: bool = False
+) -> None:
     def fake_wheel(project: Path, build_dir: Path, out: Path, cflags: str) -> Path:
         build_dir.mkdir(parents=True, exist_ok=True)
         (build_dir / "native.o").write_bytes(b"")
         out.mkdir(parents=True, exist_ok=True)
         wheel = out / "cascadebreaker-0.1.0-cp311-cp311-linux_x86_64.whl"
-        wheel.write_bytes(cflags.encode())
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.comment = cflags.encode()
+            runtime = b"__gcov_merge_add" if "generate" in cflags or stale else b""
+            archive.writestr("cascadebreaker/permit.cpython-311-x86_64-linux-gnu.so", runtime)
         return wheel
 
     def fake_train(tree: Path, workdir: Path) -> None:
@@ -101,7 +107,7 @@ def test_the_wheel_is_the_one_built_with_the_profile(
     (tmp_path / "dist" / "cascadebreaker-0.0.9-py3-none-any.whl").write_bytes(b"older")
     wheel = pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
     assert wheel.parent == tmp_path / "dist"
-    assert wheel.read_bytes().startswith(b"-fprofile-use")
+    assert _cflags(wheel).startswith("-fprofile-use")
     assert (tmp_path / "dist" / "cascadebreaker-0.0.9-py3-none-any.whl").exists()  # kept
 
 
@@ -131,6 +137,20 @@ def test_the_tree_the_benchmark_measures_is_unpacked_from_that_wheel(
     monkeypatch.setattr(mypyc_trial, "unpack", lambda w, t: unpacked.append((w, t)) or t)
     tree = pgo.build(tmp_path / "compiled")
     (instrumented, _), (wheel, last) = unpacked
-    assert instrumented.read_bytes().startswith(b"-fprofile-generate")
+    assert _cflags(instrumented).startswith("-fprofile-generate")
     assert tree == last
-    assert wheel.read_bytes().startswith(b"-fprofile-use")
+    assert _cflags(wheel).startswith("-fprofile-use")
+
+
+def test_a_wheel_that_still_holds_instrumented_code_fails_the_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_steps(monkeypatch, profile=True, hot=4096, stale=True)
+    with pytest.raises(RuntimeError, match=r"ships instrumented code: .*permit"):
+        pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
+    assert not (tmp_path / "dist").exists()
+
+
+def _cflags(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.comment.decode()
