@@ -114,20 +114,24 @@ def test_the_wheel_is_the_one_built_with_the_profile(
     assert (tmp_path / "dist" / "cascadebreaker-0.0.9-py3-none-any.whl").exists()  # kept
 
 
-def test_a_training_that_wrote_no_profile_fails_the_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("profile", "hot", "stale", "refusal"),
+    [
+        (False, 4096, False, "wrote no profile"),  # the training wrote no .gcda
+        (True, 0, False, "was not used"),  # gcc found no profile it could use
+        (True, 4096, True, r"ships instrumented code: .*permit"),  # a stale module left in
+    ],
+)
+def test_a_build_that_is_not_what_was_promised_fails_and_delivers_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    profile: bool,
+    hot: int,
+    stale: bool,
+    refusal: str,
 ) -> None:
-    _fake_steps(monkeypatch, profile=False, hot=4096)
-    with pytest.raises(RuntimeError, match="wrote no profile"):
-        pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
-    assert not (tmp_path / "dist").exists()
-
-
-def test_a_profile_gcc_did_not_use_fails_the_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _fake_steps(monkeypatch, profile=True, hot=0)
-    with pytest.raises(RuntimeError, match="was not used"):
+    _fake_steps(monkeypatch, profile=profile, hot=hot, stale=stale)
+    with pytest.raises(RuntimeError, match=refusal):
         pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
     assert not (tmp_path / "dist").exists()
 
@@ -143,15 +147,6 @@ def test_the_tree_the_benchmark_measures_is_unpacked_from_that_wheel(
     assert _cflags(instrumented).startswith("-fprofile-generate")
     assert tree == last
     assert _cflags(wheel).startswith("-fprofile-use")
-
-
-def test_a_wheel_that_still_holds_instrumented_code_fails_the_build(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _fake_steps(monkeypatch, profile=True, hot=4096, stale=True)
-    with pytest.raises(RuntimeError, match=r"ships instrumented code: .*permit"):
-        pgo.build_wheel(tmp_path / "work", tmp_path / "dist")
-    assert not (tmp_path / "dist").exists()
 
 
 def _cflags(wheel: Path) -> str:
