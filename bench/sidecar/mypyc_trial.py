@@ -46,7 +46,7 @@ def compiled_modules() -> list[str]:
 def copy_project(project: Path) -> Path:
     """What a wheel is built from, copied from this checkout (the hook compiles in place)."""
     project.mkdir(parents=True, exist_ok=True)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "hatch_build.py"):
         shutil.copy2(HERE / name, project / name)
     shutil.copytree(
         HERE / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__", "*.so")
@@ -65,12 +65,13 @@ def unpack(wheel: Path, tree: Path) -> Path:
     return tree
 
 
-def build(dest: Path) -> Path:
-    """Build the compiled wheel from a copy of this checkout and unpack it; its tree's path."""
+def build(dest: Path, env: dict[str, str] | None = None) -> Path:
+    """Build the compiled wheel from a copy of this checkout (with `env` added to the build's
+    environment) and unpack it; its tree's path."""
     project = copy_project(dest / "project")
     started = time.monotonic()
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dest / "dist")]
-    run_build([*pip, str(project)], {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1"})
+    run_build([*pip, str(project)], {"HATCH_BUILD_HOOK_ENABLE_MYPYC": "1", **(env or {})})
     (wheel,) = (dest / "dist").glob("cascadebreaker-*.whl")
     tree = unpack(wheel, dest / "src")
     took = time.monotonic() - started

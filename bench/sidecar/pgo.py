@@ -42,19 +42,17 @@ from bench.sidecar.loadgen import grpc_calls, paced_http
 from bench.sidecar.run import _on_loop
 
 HERE = Path(__file__).resolve().parents[2]
-# Every build of ours (PGO or --plain): the compiled modules' calls to one another are direct
-# calls, not through the PLT, and may be inlined (no one interposes mypyc's symbols; a module
-# loads RTLD_LOCAL anyway): -3.6 % instructions per request (callgrind, 2026-12-01); 1,589
-# PLT call sites to CPyDef_ functions and 12,434 to mypyc's lib-rt became direct calls.
-_LOCAL_CALLS = "-fno-semantic-interposition"
-_LOCAL_LINK = "-Wl,-Bsymbolic-functions"
+# Local calls (-fno-semantic-interposition, -Wl,-Bsymbolic-functions) come from the project's
+# own build hook (hatch_build.py) in every mypyc build; the "hook alone" tree switches them off.
+_NO_LOCAL_CALLS = {"CCB_BUILD_LOCAL_CALLS": "0"}
 _GENERATE = "-fprofile-generate -fprofile-update=atomic -fprofile-dir={profile}"
 _USE = "-fprofile-use -fprofile-dir={profile} -fprofile-partial-training -Wno-missing-profile"
 
 
 def hook_wheel(project: Path, build_dir: Path, out: Path, cflags: str) -> Path:
     """The mypyc hook's wheel of `project` into `out`, compiled in `build_dir` (made afresh,
-    at the same path each time) with `cflags` and our local-call flags added to the user's."""
+    at the same path each time) with `cflags` added to the user's (and, by hatch_build.py,
+    the local-call flags)."""
     shutil.rmtree(build_dir, ignore_errors=True)
     build_dir.mkdir(parents=True)
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
@@ -62,8 +60,7 @@ def hook_wheel(project: Path, build_dir: Path, out: Path, cflags: str) -> Path:
     env = {
         "HATCH_BUILD_HOOK_ENABLE_MYPYC": "1",
         "HATCH_MYPYC_BUILD_DIR": str(build_dir),
-        "CFLAGS": f"{os.environ.get('CFLAGS', '')} {_LOCAL_CALLS} {cflags}".strip(),
-        "LDFLAGS": f"{os.environ.get('LDFLAGS', '')} {_LOCAL_LINK}".strip(),
+        "CFLAGS": f"{os.environ.get('CFLAGS', '')} {cflags}".strip(),
     }
     mypyc_trial.run_build([*pip, str(project)], env)
     (wheel,) = out.glob("cascadebreaker-*.whl")
@@ -231,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     dest = args.keep or Path(tempfile.mkdtemp(prefix="ccb-pgo-"))
     try:
-        trees = {"compiled (the hook alone)": mypyc_trial.build(dest / "hook")}
+        trees = {"compiled (the hook alone)": mypyc_trial.build(dest / "hook", _NO_LOCAL_CALLS)}
         project = mypyc_trial.copy_project(dest / "plain" / "project")
         built = hook_wheel(project, dest / "plain" / "build", dest / "plain" / "dist", "")
         trees["compiled, local calls (--plain)"] = mypyc_trial.unpack(built, dest / "plain" / "src")

@@ -154,7 +154,7 @@ def build_image() -> BuiltImage:
     assert in_base == on_host, f"base has Python {in_base}, {HOST_PYTHON} is {on_host}"
     with tempfile.TemporaryDirectory(prefix="ccb-image-") as context:
         ctx = Path(context)
-        for name in ("pyproject.toml", "README.md", ".dockerignore"):
+        for name in ("pyproject.toml", "README.md", "hatch_build.py", ".dockerignore"):
             shutil.copy(ROOT / name, ctx / name)
         shutil.copytree(ROOT / "src", ctx / "src", ignore=shutil.ignore_patterns("__pycache__"))
         wheels = subprocess.run(
