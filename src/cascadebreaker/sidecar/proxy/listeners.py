@@ -7,7 +7,7 @@ from typing import Final
 
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import Exchange, RequestHandler, RequestHead
-from cascadebreaker.sidecar.http.wire import error_response
+from cascadebreaker.sidecar.http.wire import COMPILED, error_response
 from cascadebreaker.sidecar.proxy.exchange import ProxyExchange
 from cascadebreaker.sidecar.proxy.hooks import Direction
 from cascadebreaker.sidecar.proxy.replies import FixedExchange
@@ -22,6 +22,7 @@ _LAST_HOST: Final[list[tuple[bytes, bytes]]] = [(b"", b"")]
 # `int in bytes`: `b"?" in name` first tries the bytes as an index, and the TypeError it formats
 # and clears costs ~2,000 instructions.
 _QUESTION_MARK: Final = ord("?")
+_SLASH: Final = ord("/")
 
 
 def host_name(host: bytes) -> bytes:
@@ -53,13 +54,21 @@ def split_outbound_target(
                 _LAST_HOST[0] = (raw, host)
             if host in known_hosts:
                 return host, target
-        # The first segment names the upstream. `partition` over two `find(x, 1)`: a find with
-        # a start parses its arguments as a tuple (over 1,100 instructions each, compiled).
-        name = target[1:].partition(b"/")[0]
-        if _QUESTION_MARK in name:  # a query before any slash: `/payment?x` is `/?x` on payment
-            name = name[: name.find(b"?")]
-            return name, b"/" + target[1 + len(name) :]
-        return name, target[1 + len(name) :] or b"/"
+        # The first segment names the upstream.
+        if COMPILED:  # a native loop over a short name: a bytes method call costs ~600 here
+            end, i = len(target), 1
+            while i < end:
+                c = target[i]
+                if c in (_SLASH, _QUESTION_MARK):
+                    break
+                i += 1
+        else:  # `partition` over two `find(x, 1)`: a find with a start parses a tuple
+            i = 1 + len(target[1:].partition(b"/")[0])
+            if _QUESTION_MARK in target[1:i]:
+                i = target.find(b"?")
+        if target[i : i + 1] == b"?":  # a query before any slash: `/payment?x` is `/?x` there
+            return target[1:i], b"/" + target[i:]
+        return target[1:i], target[i:] or b"/"
     if target[:7].lower() == b"http://":
         slash = target.find(b"/", 7)
         authority = target[7:] if slash < 0 else target[7:slash]
