@@ -71,6 +71,7 @@ class _Recorder(RequestReader):
         self.tracker = SimpleNamespace(draining=False)  # type: ignore[assignment]
         self.client = "fuzz"
         self.loop = SimpleNamespace(time=lambda: 0.0)  # type: ignore[assignment]
+        self._now = self.loop.time
         self.requests: list[list[object]] = []  # [head, body, complete]
 
     def feed(self, data: bytes) -> None:

@@ -25,7 +25,7 @@ from cascadebreaker.sidecar.http.exchange import Exchange, RequestHandler, Reque
 from cascadebreaker.sidecar.http.framing import FramingError
 from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
 from cascadebreaker.sidecar.http.reader import RequestReader
-from cascadebreaker.sidecar.http.wire import error_response
+from cascadebreaker.sidecar.http.wire import error_response, unconnected
 from cascadebreaker.sidecar.logs import RateLimitedLog
 
 log: Final = logging.getLogger("cascadebreaker.sidecar")
@@ -87,6 +87,10 @@ class ServerConnection(RequestReader, asyncio.Protocol):
         self.tracker = tracker
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
+        # Bound once: compiled, `self.loop.time()` and `transport.write(...)` look the method
+        # up by name at every call (~150 instructions each, several a request).
+        self._now = self.loop.time
+        self._write: Callable[[bytes], object] = unconnected
         self.client = ""
         self.closed = False
         self.activity = 0  # data_received calls, for the idle sweep
@@ -120,6 +124,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport, hence a cast, not a check.
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
+        self._write = transport.write
         peer = transport.get_extra_info("peername")
         self.client = str(peer[0]) if isinstance(peer, tuple) else ""
         sock = transport.get_extra_info("socket")
@@ -147,7 +152,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
             self._divert(data)
             return
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserUpgrade as exc:
             self._after_upgrade(data, exc)
         except httptools.HttpParserCallbackError as exc:
@@ -201,7 +206,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
     def pause_writing(self) -> None:
         """The client reads slower than the upstream sends."""
         self.writable = False
-        self._unwritable_since = self.loop.time()
+        self._unwritable_since = self._now()
         if self._active is not None:
             self._active.downstream_writable(False)
         elif self._tunnel is not None:
@@ -223,7 +228,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
         if request.content_length is not None or request.chunked:  # a body may follow
             self._body_bytes = self._body_mark = 0
             self._body_clock = self._body_idle = 0.0
-            self._body_swept = self.loop.time()
+            self._body_swept = self._now()
         self._requests += 1
         exchange = self.handler.handle(self, request)
         self._receiving = exchange
@@ -259,7 +264,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
     def write(self, data: bytes) -> None:
         """Write response bytes."""
         if self.transport is not None and not self.closed:
-            self.transport.write(data)
+            self._write(data)
 
     def writelines(self, pieces: list[bytes]) -> None:
         """Write several pieces of response bytes."""
@@ -419,7 +424,7 @@ class ServerConnection(RequestReader, asyncio.Protocol):
     def _after_upgrade(self, data: bytes, exc: httptools.HttpParserUpgrade) -> None:
         """After an upgrade request: a WebSocket handshake waits for the upstream's answer
         (101: a tunnel); any other protocol is not spoken here, so HTTP/1.1 goes on."""
-        self._parser = httptools.HttpRequestParser(self)
+        self._new_parser()
         offset = int(exc.args[0]) if exc.args else len(data)
         rest = data[offset:]
         request = self._request

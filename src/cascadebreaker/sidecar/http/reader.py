@@ -9,6 +9,7 @@ ways), and hands the connection a complete `RequestHead`, then the body's pieces
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httptools
@@ -54,12 +55,13 @@ class RequestReader:
     tracker: ConnectionTracker
     client: str
     loop: asyncio.AbstractEventLoop
+    _now: Callable[[], float]  # the loop's clock, bound once
 
     def __init__(self, limits: Limits) -> None:
         self._max_head_bytes = limits.max_header_bytes
         self._max_headers = limits.max_header_count
         self._head_started = 0.0
-        self._parser = httptools.HttpRequestParser(self)
+        self._new_parser()
         self._url = b""
         self._headers: RawHeaders = []
         self._head_bytes = 0
@@ -76,6 +78,15 @@ class RequestReader:
         self._version_unsure = False
 
     # -- httptools callbacks ----------------------------------------------------------------
+    def _new_parser(self) -> None:
+        """A fresh parser, the methods called for every request bound once (compiled, a call
+        through the parser object looks the method up by name each time)."""
+        parser = httptools.HttpRequestParser(self)
+        self._parser = parser
+        self._feed: Callable[[bytes], None] = parser.feed_data
+        self._get_method: Callable[[], bytes] = parser.get_method
+        self._should_keep_alive: Callable[[], bool] = parser.should_keep_alive
+
     def on_message_begin(self) -> None:
         """A new request starts."""
         self._url = b""
@@ -83,7 +94,7 @@ class RequestReader:
         self._head_bytes = 0
         self._header_count = 0
         self._in_head = True
-        self._head_started = self.loop.time()
+        self._head_started = self._now()
         self._request = None
         self._host = b""
         self._lengths = None
@@ -142,18 +153,17 @@ class RequestReader:
     def on_headers_complete(self) -> None:
         """Validate framing, then hand the request to the listener's handler."""
         self._in_head = False
-        parser = self._parser
-        request = RequestHead(parser.get_method(), self._url, self._headers)
+        request = RequestHead(self._get_method(), self._url, self._headers)
         if request.method == b"CONNECT":
             raise BadRequest("CONNECT is not supported", 405)
-        keep_alive = parser.should_keep_alive()
+        keep_alive = self._should_keep_alive()
         if keep_alive and not self._version_unsure:
             # llhttp keeps a request's connection without a (Proxy-)Connection keep-alive token
             # only for HTTP/1.1 (the one version with major and minor above 0 it accepts), so
             # the version, costly to ask for (a str is formatted), is known.
             http10 = False
         else:
-            version = parser.get_http_version()
+            version = self._parser.get_http_version()
             if version != "1.1" and version != "1.0":
                 raise BadRequest(f"unsupported HTTP version {version}")
             http10 = version == "1.0"

@@ -246,3 +246,8 @@ def json_response(
 def error_response(status: int, message: str, close: bool = False, **fields: Any) -> bytes:
     """A JSON error reply: `{"error": message, ...fields}`."""
     return json_response(status, {"error": message, **fields}, close=close)
+
+
+def unconnected(data: bytes) -> None:
+    """A connection's bound write before it has a transport (never reached: writes check the
+    transport first)."""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
 import httptools
@@ -36,6 +36,7 @@ from cascadebreaker.sidecar.http.wire import (
     RawHeaders,
     drop_connection_tokens,
     header_kind,
+    unconnected,
 )
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.upstream.model import (
@@ -95,9 +96,12 @@ class UpstreamConnection(asyncio.Protocol):
         self.pool = pool
         self.loop = pool.loop
         self.transport: asyncio.Transport | None = None
+        # Bound once: compiled, a method call through the object looks it up at every call.
+        self._now = pool.loop.time
+        self._write: Callable[[bytes], object] = unconnected
         self.closed = False
         self.reused = False
-        self._parser = httptools.HttpResponseParser(self)
+        self._new_parser()
         self._sink: ResponseSink | None = None
         self._headers: RawHeaders = []
         self._length: list[bytes] = []
@@ -119,12 +123,22 @@ class UpstreamConnection(asyncio.Protocol):
         self._upgrade = b""
         self.tunnel: Tunnel | None = None
 
+    def _new_parser(self) -> None:
+        """A fresh parser, the methods called for every response bound once (compiled, a call
+        through the parser object looks the method up by name each time)."""
+        parser = httptools.HttpResponseParser(self)
+        self._parser = parser
+        self._feed: Callable[[bytes], None] = parser.feed_data
+        self._status_code: Callable[[], int] = parser.get_status_code
+        self._should_keep_alive: Callable[[], bool] = parser.should_keep_alive
+
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport; Nagle off (small heads must leave at once)."""
         # uvloop's transports do not subclass asyncio.Transport, hence a cast, not a check.
         transport = cast(asyncio.Transport, transport)
         self.transport = transport
+        self._write = transport.write
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):  # not TCP
@@ -138,13 +152,13 @@ class UpstreamConnection(asyncio.Protocol):
                 return
             self._abandon()  # bytes nobody asked for: the connection is unusable
             return
-        self._last_activity = self.loop.time()
+        self._last_activity = self._now()
         self._bytes_seen = True
         try:
-            self._parser.feed_data(data)
+            self._feed(data)
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _HeadResponseDone):
-                self._parser = httptools.HttpResponseParser(self)
+                self._new_parser()
                 self._complete()
             else:
                 cause = exc.__context__
@@ -196,7 +210,7 @@ class UpstreamConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The upstream is not taking the request body fast enough: its clock runs now."""
         self._write_blocked = True
-        self._last_activity = self.loop.time()
+        self._last_activity = self._now()
         if self._sink is not None:
             self._sink.upstream_writable(False)
         elif self.tunnel is not None:
@@ -205,7 +219,7 @@ class UpstreamConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         """The upstream drained its buffer; go on sending."""
         self._write_blocked = False
-        self._last_activity = self.loop.time()
+        self._last_activity = self._now()
         if self._sink is not None:
             self._sink.upstream_writable(True)
         elif self.tunnel is not None:
@@ -233,7 +247,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         """Pass the head on; work out how the body is delimited."""
-        status = self._parser.get_status_code()
+        status = self._status_code()
         headers = self._headers
         self._headers = []
         reason = self._reason
@@ -256,7 +270,7 @@ class UpstreamConnection(asyncio.Protocol):
         if status < 200:
             return  # interim (100 Continue): the sidecar answered Expect itself
         self._head_seen = True
-        self._keep_alive = self._parser.should_keep_alive()
+        self._keep_alive = self._should_keep_alive()
         length, body = response_framing(status, self._head_request, lengths, chunked)
         self._until_close = body == UNTIL_CLOSE
         sink = self._sink
@@ -302,7 +316,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._bytes_seen = False
         self._head_request = head_request
         self._timeout = timeout
-        self._last_activity = self.loop.time()
+        self._last_activity = self._now()
         watch = self._watch
         watch.busy.add(self)  # TimeoutWatch.add, inlined: it runs for every request
         if watch.handle is None:
@@ -310,12 +324,12 @@ class UpstreamConnection(asyncio.Protocol):
         if body:
             self.transport.writelines((head, body))
         else:
-            self.transport.write(head)
+            self._write(head)
 
     def write(self, data: bytes) -> None:
         """Send more of the request body (already framed by the caller), or tunnel bytes."""
         if self.transport is not None and not self.closed:
-            self.transport.write(data)
+            self._write(data)
 
     def writelines(self, pieces: Iterable[bytes]) -> None:
         """Send several pieces of the request body."""
@@ -325,7 +339,7 @@ class UpstreamConnection(asyncio.Protocol):
     def end_request(self) -> None:
         """The whole request body has been written: the upstream's clock starts."""
         self._request_complete = True
-        self._last_activity = self.loop.time()
+        self._last_activity = self._now()
 
     def start_tunnel(self, tunnel: Tunnel) -> None:
         """After a 101: bytes pass untouched; no timeout, never back in the pool."""
@@ -344,7 +358,7 @@ class UpstreamConnection(asyncio.Protocol):
         """Read the response again."""
         if self.transport is not None and self._reading_paused:
             self._reading_paused = False
-            self._last_activity = self.loop.time()
+            self._last_activity = self._now()
             self.transport.resume_reading()
 
     def abort(self) -> None:
