@@ -155,10 +155,12 @@ def profile(
     floor: str = "",
     inbound: bool = False,
     grpc: bool = False,
+    valgrind: tuple[str, ...] = (),
 ) -> Profile:
     """Profile the sidecar from `tree` (or the floor proxy `floor`) serving `n` requests; with
     `inbound`, the callee's sidecar, reached through a caller's sidecar; with `grpc`, `n` gRPC
-    Calls to its gRPC listener (the floor: `grpc_floor.py` making the bare upstream GET)."""
+    Calls to its gRPC listener (the floor: `grpc_floor.py` making the bare upstream GET).
+    The profile stays in `workdir`/callgrind.out."""
     upstream = procs.start_upstream(workdir)
     caller: subprocess.Popen[bytes] | None = None
     try:
@@ -186,6 +188,7 @@ def profile(
                 # file: the serving process's profile is the one written last).
                 "--trace-children=yes",
                 f"--log-file={workdir / 'valgrind.log'}",
+                *valgrind,  # more of callgrind's options (bench.sidecar.footprint's)
                 *argv,
             ],
             env={**os.environ, "PYTHONHASHSEED": "0"},
