@@ -95,7 +95,7 @@ include = ["/src/tinypkg/a.py", "/src/tinypkg/b.py"]
 def _build_tiny(project: Path, out: Path, local_calls: str) -> list[str]:
     """A real mypyc wheel of two modules (one calls the other) through this project's hook;
     the CPy* functions its shared library calls through the PLT."""
-    from tests.compiled.test_compiled_modules import plt_symbols
+    from tests.compiled.test_compiled_library import plt_symbols
 
     env = {**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "1", "CCB_BUILD_LOCAL_CALLS": local_calls}
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]

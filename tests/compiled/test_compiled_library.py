@@ -1,0 +1,35 @@
+"""The compiled build's shared library itself: collected only under scripts/test-compiled
+(CCB_EXPECT_COMPILED=1, tests/compiled/conftest.py), where the compiled modules are loaded."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def plt_symbols(library: Path) -> list[str]:
+    """The functions a shared library calls through its PLT (its JUMP_SLOT relocations)."""
+    readelf = shutil.which("readelf")
+    assert readelf, "readelf (binutils) is needed"
+    listing = subprocess.run([readelf, "-rW", str(library)], capture_output=True, text=True)
+    listing.check_returncode()
+    return [
+        line.split()[4].split("@")[0]
+        for line in listing.stdout.splitlines()
+        if "JUMP_SLOT" in line and len(line.split()) > 4
+    ]
+
+
+def test_compiled_calls_stay_inside_the_library() -> None:
+    """hatch_build.py compiles the mypyc build with local calls: its functions call one another
+    and mypyc's runtime library (CPyDef_*, CPy*) directly, never through the PLT; only libpython
+    and libc are left there (without the flags, test_build_hook.py's two small modules alone
+    have dozens of CPy slots)."""
+    import cascadebreaker
+
+    site = Path(cascadebreaker.__file__).resolve().parents[1]
+    (library,) = site.glob("*__mypyc.*.so")
+    symbols = plt_symbols(library)
+    assert any(s.startswith("Py") for s in symbols)  # the listing was read: libpython is there
+    assert [s for s in symbols if s.startswith("CPy")] == []
