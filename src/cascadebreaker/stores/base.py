@@ -45,6 +45,27 @@ class Store(Protocol):
 class BreakerSlot:
     """One breaker's state and the thin driver around its pure machine."""
 
+    # Slots: the compiled sidecar reads `fast`, `dirty` and `successes` for every request, and
+    # a slot is a descriptor found by the type's cache, a dict entry a look-up more. A subclass
+    # without slots of its own (RedisSlot, a backend's) has a dict for its other attributes.
+    __slots__ = (
+        "_timed",
+        "clock",
+        "config",
+        "dirty",
+        "failures",
+        "fast",
+        "ignored",
+        "last_failure",
+        "lock",
+        "machine",
+        "name",
+        "outcome_listeners",
+        "rejections",
+        "successes",
+        "transition_listeners",
+    )
+
     # `fast` is read without the lock on every call: the current round while the closed path
     # needs nothing but "reset the failure run after a success" (consecutive policy, CLOSED,
     # normal mode), else None. One read gives both the decision and the round; `is not None`

@@ -65,6 +65,9 @@ class AwaitedCall(CallState, ResponseSink):
         self.chunks: list[bytes] = []
         self.body = b""
 
+    def mark_started(self, at: float) -> None:
+        self.started_at = at
+
     # -- ResponseSink (one exchange at a time; `future` is fresh for each) -------------------
     def response_head(
         self,

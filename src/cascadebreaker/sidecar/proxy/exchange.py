@@ -127,6 +127,9 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
         self._pending: list[bytes] | None = []
         self._pending_size = 0
 
+    def mark_started(self, at: float) -> None:
+        self.started_at = at
+
     # -- Exchange ---------------------------------------------------------------------------
     def start(self) -> None:
         """Ask the pipeline (hooks, breaker), then connect to the upstream."""
