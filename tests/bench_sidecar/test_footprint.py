@@ -7,8 +7,9 @@ from pathlib import Path
 from bench.sidecar import footprint
 
 # As callgrind writes it with --dump-instr=yes: names given once, then by id (the ids of `ob`
-# and `cob` are one table), addresses absolute, relative or `*` (the same), and a call's line
-# carrying its callee's inclusive cost.
+# and `cob` are one table, of `fn` and `cfn` another), addresses absolute, relative or `*`
+# (the same), an instruction's Ir being how often it ran, and a call's line carrying its
+# callee's inclusive cost (the call instruction's own run is on a line of its own).
 OUT = """\
 version: 1
 positions: instr line
@@ -16,44 +17,60 @@ events: Ir
 ob=(1) /usr/lib/libpython3.11.so.1.0
 fl=(1) object.c
 fn=(1) PyObject_Free
-0x1000 10 3
-+4 * 2
+0x1000 10 4
++4 * 4
 +60 12 1
 ob=(2) /tmp/t/src/abc__mypyc.cpython-311-x86_64-linux-gnu.so
 fl=(2) native.c
 fn=(2) CPyDef_proxy___exchange___ProxyExchange___start
 0x20000 5 4
++8 6 4
 cob=(1)
 cfl=(1)
 cfn=(1)
-calls=1 0x1000 10
-+8 6 1000
-+2 * 1
--0x2 * 1
+calls=4 0x1000 10
+* * 1000
++2 * 4
+-0x2 * 4
++4100 7 2
 cob=(3) /usr/lib/libc.so.6
 cfn=(3) memcpy
-calls=1 0x9000 1
-+4100 7 50
+calls=2 0x9000 1
+* * 50
 ob=(3)
 fl=(3) memcpy.S
 fn=(3)
-0x9000 1 5
+0x9000 1 2
 """
 
 
-def test_code_lines_pages_and_instructions_by_layer(tmp_path: Path) -> None:
+def _out(tmp_path: Path) -> Path:
     out = tmp_path / "callgrind.out"
     out.write_text(OUT)
-    rows = {r.group: r for r in footprint.footprint(out, 1)}
+    return out
+
+
+def test_code_on_the_request_path_by_layer(tmp_path: Path) -> None:
+    rows = {r.group: r for r in footprint.footprint(_out(tmp_path), 4)}  # 4 requests
     python = rows["CPython runtime (objects, calls, the interpreter)"]
-    assert python.instructions == 6  # 3 + 2 + 1
-    assert (python.lines, python.pages) == (2, 1)  # 0x1000, 0x1004 | 0x1040
+    assert python.instructions == 9 / 4
+    # 0x1000 and 0x1004 ran in every request; 0x1040 once in four: not on the path
+    assert (python.lines, python.pages) == (1, 1)
     compiled = rows["compiled sidecar code (mypyc)"]
-    assert compiled.instructions == 4 + 1 + 1  # the calls' lines are their callees' cost
-    # 0x20000; the call sites 0x20008 and (+4100) 0x2100e; 0x2000a and (-2) 0x20008 again
+    assert compiled.instructions == (4 + 4 + 4 + 4 + 2) / 4  # the calls' lines not counted
+    # 0x20000, 0x20008 (listed twice), 0x2000a in every request, 0x2100c in every second one:
+    # all on the path (the bound is once every two requests), on two lines and two pages
     assert (compiled.lines, compiled.pages) == (2, 2)
     libc = rows["libc (memory, system call wrappers)"]
-    assert (libc.instructions, libc.lines) == (5, 1)
+    assert (libc.instructions, libc.lines) == (0.5, 1)
+
+
+def test_functions_are_named_as_in_callprofile(tmp_path: Path) -> None:
+    top = footprint.by_function(_out(tmp_path), 4, 2)
+    assert [f.group for f in top] == [
+        "proxy.exchange.ProxyExchange.start (compiled sidecar code)",
+        "PyObject_Free (CPython runtime)",
+    ]
 
 
 def test_the_table_sums_the_layers() -> None:
