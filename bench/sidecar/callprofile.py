@@ -156,11 +156,14 @@ def profile(
     inbound: bool = False,
     grpc: bool = False,
     valgrind: tuple[str, ...] = (),
+    cascade: bool = True,
+    drive: instructions.Driver | None = None,
 ) -> Profile:
     """Profile the sidecar from `tree` (or the floor proxy `floor`) serving `n` requests; with
     `inbound`, the callee's sidecar, reached through a caller's sidecar; with `grpc`, `n` gRPC
-    Calls to its gRPC listener (the floor: `grpc_floor.py` making the bare upstream GET).
-    The profile stays in `workdir`/callgrind.out."""
+    Calls to its gRPC listener (the floor: `grpc_floor.py` making the bare upstream GET);
+    without `cascade`, the outbound sidecar with the cascade disabled; `drive` replaces the
+    HTTP driver. The profile stays in `workdir`/callgrind.out."""
     upstream = procs.start_upstream(workdir)
     caller: subprocess.Popen[bytes] | None = None
     try:
@@ -176,7 +179,9 @@ def profile(
         elif inbound:
             argv = inbound_argv(workdir, tree, upstream.port, port)
         else:
-            argv = instructions.sidecar_argv(workdir, tree, upstream.port, port, "profiled")
+            argv = instructions.sidecar_argv(
+                workdir, tree, upstream.port, port, "profiled", cascade=cascade
+            )
         out = workdir / "callgrind.out"
         process = subprocess.Popen(
             [
@@ -194,9 +199,12 @@ def profile(
             env={**os.environ, "PYTHONHASHSEED": "0"},
             cwd=workdir,
         )
-        drive = (
-            instructions._drive_grpc if grpc else instructions._http_driver(instructions._REQUEST)
-        )
+        if drive is None:
+            drive = (
+                instructions._drive_grpc
+                if grpc
+                else instructions._http_driver(instructions._REQUEST)
+            )
         try:
             instructions._wait_ready(port, process, drive)
             if inbound:  # the requests go through a caller's sidecar, which is not counted
@@ -265,6 +273,7 @@ def _annotate(out: Path, inclusive: bool) -> str:
         [
             "callgrind_annotate",
             f"--inclusive={'yes' if inclusive else 'no'}",
+            "--show=Ir",  # the one column read, also when the cache simulator added more
             "--threshold=100",
             "--auto=no",
             str(out),
@@ -325,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         help="profile gRPC Calls to the sidecar's gRPC listener (with --floor: grpc_floor.py's"
         " bare upstream GET)",
     )
+    parser.add_argument(
+        "--no-cascade", action="store_true", help="the outbound sidecar with the cascade disabled"
+    )
     parser.add_argument("-n", type=int, default=2000, help="requests counted")
     parser.add_argument("--top", type=int, default=25, help="functions listed per table")
     args = parser.parse_args(argv)
@@ -339,7 +351,15 @@ def main(argv: list[str] | None = None) -> int:
             from bench.sidecar import mypyc_trial
 
             tree = str(mypyc_trial.build(workdir / "build"))
-        result = profile(tree, args.n, workdir, args.floor or "", args.inbound, args.grpc)
+        result = profile(
+            tree,
+            args.n,
+            workdir,
+            args.floor or "",
+            args.inbound,
+            args.grpc,
+            cascade=not args.no_cascade,
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     label = f"floor proxy {args.floor}" if args.floor else tree
