@@ -222,8 +222,8 @@ async def test_a_propagated_unavailability_reroutes_to_the_alternative() -> None
                 Direction.OUTBOUND,
                 "checkout",
                 "payment",
-                "POST",
-                "/v1/charges",
+                b"POST",
+                b"/v1/charges",
                 [],
                 "127.0.0.1",
                 runtime.route_resolver,
@@ -273,8 +273,8 @@ async def test_a_bare_outbound_call_is_named_anew_once_a_template_is_added() -> 
                 Direction.OUTBOUND,
                 "checkout",
                 "payment",
-                "GET",
-                "/v1/charges/abc",
+                b"GET",
+                b"/v1/charges/abc",
                 [],
                 "127.0.0.1",
                 runtime.route_resolver,
@@ -309,6 +309,58 @@ async def test_a_bare_outbound_call_is_named_anew_once_a_template_is_added() -> 
         runtime.close()
 
 
+async def test_each_call_line_is_named_and_signed_for_itself_whatever_came_before() -> None:
+    # The hook remembers the last call line and compares the next one with it as sent (bytes):
+    # lines that differ in one byte of the method or the path, alternating, are each named
+    # and signed for themselves (a latin-1 path as well).
+    config = parse_config(
+        {
+            "service": "checkout",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
+            "cascade": {"secret": "s"},
+        }
+    )
+    runtime = build_runtime(config)
+    try:
+        node = cascade_node(runtime)
+        assert node is not None
+        hook = runtime.hooks.hooks[0]
+        lines = [
+            (b"GET", b"/v1/charges/abc"),
+            (b"PUT", b"/v1/charges/abc"),
+            (b"GET", b"/v1/charges/abd"),
+            (b"GET", b"/v1/charges/abc"),
+            (b"GET", b"/v1/caf\xe9"),
+            (b"GET", b"/v1/caf\xe9"),
+            (b"GET", b"/v1/charges/abc"),
+        ]
+        for method, path in lines:
+            info = RequestInfo(
+                Direction.OUTBOUND,
+                "checkout",
+                "payment",
+                method,
+                path,
+                [],
+                "127.0.0.1",
+                runtime.route_resolver,
+            )
+            assert hook.on_request(info) is None
+            named = (method.decode(), path.decode("latin-1"))
+            assert info.state.callee == Endpoint("payment", *named)
+            [(_, token)] = info.add_headers
+            check = node.learner.trust.check(
+                token.decode(),
+                peer_host="10.0.0.1",
+                now=time.time(),
+                material=hop_material(*named, None),
+            )
+            assert check.trusted, (method, path)
+    finally:
+        runtime.close()
+
+
 async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() -> None:
     # The hook remembers raw names that carry nothing for it; a request or response with the
     # cascade's headers among remembered names (any case) is still read and stripped.
@@ -334,8 +386,8 @@ async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() ->
                 direction,
                 "checkout",
                 target,
-                "GET",
-                "/v1/x",
+                b"GET",
+                b"/v1/x",
                 headers,
                 "127.0.0.1",
                 runtime.route_resolver,
@@ -419,7 +471,7 @@ async def test_a_dotted_service_name_forwards_without_a_hop_token(
         runtime = build_runtime(config)
     try:
         info = RequestInfo(
-            Direction.OUTBOUND, "pay.v2", "ledger", "GET", "/x", [], "", runtime.route_resolver
+            Direction.OUTBOUND, "pay.v2", "ledger", b"GET", b"/x", [], "", runtime.route_resolver
         )
         assert runtime.hooks.hooks[0].on_request(info) is None
         assert info.add_headers == []

@@ -9,7 +9,12 @@ import httpx
 import pytest
 
 from cascadebreaker.sidecar.proxy.errors import CallRejected, UnknownUpstream
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import (
+    Direction,
+    Rejection,
+    RequestInfo,
+    default_route_resolver,
+)
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.server import SidecarServer
@@ -234,8 +239,18 @@ def test_request_info_route_is_lazy() -> None:
         calls.append((service, method, path))
         return "/t"
 
-    info = RequestInfo(Direction.OUTBOUND, "a", "b", "GET", "/x/1", [], "", resolver)
+    info = RequestInfo(Direction.OUTBOUND, "a", "b", b"GET", b"/x/1", [], "", resolver)
     assert calls == []
     assert info.endpoint == "GET /t"
     assert info.route == "/t"
     assert calls == [("b", "GET", "/x/1")]
+
+
+def test_request_info_decodes_method_and_path_once_on_first_use() -> None:
+    info = RequestInfo(
+        Direction.OUTBOUND, "a", "b", b"GET", b"/caf\xe9?q=1", [], "", default_route_resolver
+    )
+    assert (info.raw_method, info.raw_path) == (b"GET", b"/caf\xe9?q=1")
+    assert info.path == "/caf\u00e9?q=1"  # latin-1, as on the wire: every byte is kept
+    assert info.path is info.path and info.method is info.method
+    assert info.method == "GET"

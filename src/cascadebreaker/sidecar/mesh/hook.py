@@ -88,6 +88,8 @@ class _BareCall:
         "material",
         "method",
         "path",
+        "raw_method",
+        "raw_path",
         "second",
         "sent",
         "token",
@@ -103,6 +105,9 @@ class _BareCall:
         self.path = path
         self.callee = callee
         self.material = material  # what the hop token binds (hop_material of the call)
+        # `method` and `path` as the last request of this line spelled them on the wire
+        self.raw_method = b""
+        self.raw_path = b""
         # The token's whole second [second, until); -1: none issued yet. Two comparisons of
         # floats decide whether it still holds (no `int()` call per request).
         self.second = -1.0
@@ -358,12 +363,15 @@ class CascadeHook(RequestHook):
             bare = self._last_bare
             if (
                 bare is None
-                or bare.path != info.path
-                or bare.method != info.method
+                or bare.raw_path != info.raw_path
+                or bare.raw_method != info.raw_method
                 or bare.upstream != upstream
                 or self._bare_version != self.templates.version
             ):
                 bare = self._last_bare = self._bare_call(upstream, info.method, info.path)
+                # The same line on the wire: compared as bytes, nothing is decoded next time.
+                bare.raw_method = info.raw_method
+                bare.raw_path = info.raw_path
             refusal = self.table.check(bare.callee)
             if refusal is None or _own_breaker(refusal, upstream, bare.callee):
                 if self._signs_hops:

@@ -80,14 +80,16 @@ class RequestInfo:
     """What a hook knows about one request."""
 
     __slots__ = (
+        "_method",
+        "_path",
         "_route",
         "_route_resolver",
         "add_headers",
         "client",
         "direction",
         "headers",
-        "method",
-        "path",
+        "raw_method",
+        "raw_path",
         "reroute",
         "response_headers",
         "service",
@@ -100,8 +102,8 @@ class RequestInfo:
         direction: Direction,
         service: str,
         target: str,
-        method: str,
-        path: str,
+        method: bytes,
+        path: bytes,
         headers: RawHeaders,
         client: str,
         route_resolver: RouteResolver,
@@ -109,8 +111,12 @@ class RequestInfo:
         self.direction = direction
         self.service = service  # this sidecar's service
         self.target = target  # the upstream (outbound) or this service (inbound)
-        self.method = method
-        self.path = path  # as sent to the target, query included
+        # As on the wire; `method` and `path` decode them on first use (most requests are
+        # decided on the bytes: a memo of the call line compares them).
+        self.raw_method = method
+        self.raw_path = path  # as sent to the target, query included
+        self._method: str | None = None
+        self._path: str | None = None
         self.headers = headers  # end-to-end request headers (raw bytes, original case)
         self.client = client  # peer address of the downstream connection
         self.add_headers: RawHeaders = []  # hooks append headers to forward with the request
@@ -121,6 +127,20 @@ class RequestInfo:
         self.state: Any = None  # a hook's own per-request state (e.g. a trace key)
         self._route_resolver = route_resolver
         self._route: str | None = None
+
+    @property
+    def method(self) -> str:
+        """The request method (decoded once, on first use)."""
+        if self._method is None:
+            self._method = self.raw_method.decode()
+        return self._method
+
+    @property
+    def path(self) -> str:
+        """The path as sent to the target, query included (decoded as latin-1 once)."""
+        if self._path is None:
+            self._path = self.raw_path.decode("latin-1")
+        return self._path
 
     @property
     def route(self) -> str:
