@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from cascadebreaker.sidecar.http import wire
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import RequestHead
+from cascadebreaker.sidecar.http.framing import client_response_framing
 from cascadebreaker.sidecar.http.kind_cache import HEADER_KINDS
 from cascadebreaker.sidecar.http.limits import ConnectionTracker, Limits
 from cascadebreaker.sidecar.http.wire import (
@@ -34,6 +35,7 @@ from cascadebreaker.sidecar.http.wire import (
 from cascadebreaker.sidecar.proxy.endpoint_hint import endpoint_hint, route_template
 from cascadebreaker.sidecar.proxy.listeners import split_outbound_target
 from cascadebreaker.sidecar.proxy.routes import RetryBudget
+from cascadebreaker.sidecar.proxy.stats import OUTCOMES, RouteStats
 from cascadebreaker.sidecar.schema import ConfigError, load_config, parse_config
 from cascadebreaker.sidecar.upstream import UpstreamConnection, UpstreamPool, UpstreamTarget
 
@@ -463,3 +465,40 @@ def test_response_head_layout(
     for compiled in (False, True):
         with mock.patch.object(wire, "COMPILED", compiled):
             assert response_head(status, reason, headers, framing) == expected
+
+
+_CONNECTION_VALUES = st.sampled_from(
+    [b"keep-alive", b"Keep-Alive", b"KEEP-ALIVE", b"close", b"Close", b"CLOSE", b"", b"upgrade"]
+) | st.binary(max_size=12)
+
+
+@given(_CONNECTION_VALUES)
+def test_plain_connection_values_are_the_listed_spellings(value: bytes) -> None:
+    """Compared by length and bytes, a Connection value is plain exactly when it is listed."""
+    assert wire.plain_connection(value) == (value in wire.PLAIN_CONNECTION)
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(0, 3), st.integers(0, 10**12)), max_size=8))
+def test_remembered_length_lines_are_the_length_asked_for(lengths: list[int | None]) -> None:
+    """The content-length line of the last length is reused: each response still gets its
+    own length, whatever came before."""
+    for length in lengths:
+        framing, chunked, _ = client_response_framing(200, False, length, False, True)
+        if length is None:
+            assert (framing, chunked) == (b"transfer-encoding: chunked\r\n", True)
+        else:
+            assert (framing, chunked) == (b"content-length: %d\r\n" % length, False)
+
+
+def test_route_stats_count_every_outcome_in_order() -> None:
+    stats = RouteStats()
+    for outcome in ("success", "success", "timeout", "rejected", "success"):
+        stats.count(outcome)
+    stats.successes += 1  # as the pipeline counts a success, inlined
+    stats.others["reset"] += 1  # and any other outcome
+    assert list(stats.outcomes) == list(OUTCOMES)
+    expected = dict.fromkeys(OUTCOMES, 0) | {"success": 4, "timeout": 1, "rejected": 1, "reset": 1}
+    assert stats.outcomes == expected
+    snapshot = stats.snapshot()
+    stats.count("success")
+    assert snapshot["success"] == 4 and stats.snapshot()["success"] == 5

@@ -37,7 +37,13 @@ __all__ = [
 CHUNKED: Final = -1  # chunked transfer coding: the body ends with the last chunk
 UNTIL_CLOSE: Final = -2  # (responses only) the body ends when the connection closes
 
-_NO_BODY_STATUSES: Final = frozenset({204, 304})
+# Statuses whose response has no body besides 1xx (compared in turn, not looked up in a set:
+# compiled, a set look-up boxes the status and runs the set's code for every response).
+_NO_CONTENT: Final = 204
+_NOT_MODIFIED: Final = 304
+# The content-length line of the last length relayed: responses repeat a few lengths, and
+# formatting the number runs the int-to-decimal code for every response.
+_LAST_LENGTH: Final[list[tuple[int, bytes]]] = [(-1, b"")]  # no length is -1
 _BODY_METHODS: Final = frozenset({b"POST", b"PUT", b"PATCH"})
 
 
@@ -148,7 +154,7 @@ def response_framing(
             len(lengths) > 1 and any(other.strip() != first for other in lengths[1:])
         ):
             raise FramingError("invalid content-length", 502)
-    if head_request or status in _NO_BODY_STATUSES or status < 200:
+    if head_request or status in (_NO_CONTENT, _NOT_MODIFIED) or status < 200:
         return length, 0
     if chunked:
         return None, CHUNKED
@@ -169,10 +175,15 @@ def client_response_framing(
     body); an undelimited body is chunked for HTTP/1.1 clients and runs until close for
     HTTP/1.0 ones, whose connection then cannot be kept.
     """
-    no_body = head_request or status in _NO_BODY_STATUSES
+    no_body = head_request or status in (_NO_CONTENT, _NOT_MODIFIED)
     chunked = False
     if length is not None:
-        framing = b"content-length: %d\r\n" % length
+        last = _LAST_LENGTH[0]
+        if last[0] == length:
+            framing = last[1]
+        else:
+            framing = b"content-length: %d\r\n" % length
+            _LAST_LENGTH[0] = (length, framing)
     elif no_body:
         framing = b""
     elif not http10:

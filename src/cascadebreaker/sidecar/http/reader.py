@@ -36,6 +36,7 @@ from cascadebreaker.sidecar.http.wire import (
     RawHeaders,
     drop_connection_tokens,
     header_kind,
+    plain_connection,
 )
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class RequestReader:
                 self._encodings.append(value)
         elif kind == CONNECTION:
             self._version_unsure = True
-            if value not in PLAIN_CONNECTION:
+            if not (plain_connection(value) if COMPILED else value in PLAIN_CONNECTION):
                 self._connection.append(value)
         elif kind == EXPECT:
             self._expect = value.lower() == b"100-continue"

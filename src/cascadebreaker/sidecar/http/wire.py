@@ -95,6 +95,17 @@ COMPILED: Final = not isinstance(header_kind, types.FunctionType)
 PLAIN_CONNECTION: Final = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close", b""})
 
 
+def plain_connection(value: bytes) -> bool:
+    """`value in PLAIN_CONNECTION`, by length and bytes: a fresh value is not hashed (a set
+    look-up would run siphash over it, and the set's code besides)."""
+    size = len(value)
+    if size == 10:
+        return value == b"keep-alive" or value == b"Keep-Alive"
+    if size == 5:
+        return value == b"close" or value == b"Close"
+    return size == 0
+
+
 def drop_connection_tokens(headers: RawHeaders, connection_values: list[bytes]) -> RawHeaders:
     """Remove headers that Connection lists as hop-by-hop (close/keep-alive name none)."""
     tokens = {t.strip().lower() for value in connection_values for t in value.split(b",")}

@@ -319,6 +319,8 @@ class CascadeHook(RequestHook):
         self.table = node.table
         self.learning = node.config.learning
         self.alternatives = node.config.alternatives
+        # Most meshes configure none: then no call looks its upstream up in them.
+        self._rerouting = bool(self.alternatives)
         self._wall = node.learner._wall
         # Hop tokens name the service between dots: a dotted name cannot issue them.
         self._signs_hops = "." not in node.service
@@ -358,7 +360,7 @@ class CascadeHook(RequestHook):
                 if name not in plain:
                     found = _read(headers)
                     break
-        if not found and upstream not in self.alternatives:
+        if not found and not (self._rerouting and upstream in self.alternatives):
             # No cascade header, no alternative: name the call (memo), check, sign.
             bare = self._last_bare
             if (

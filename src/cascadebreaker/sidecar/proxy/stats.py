@@ -24,8 +24,9 @@ LATENCY_BOUNDS: Final[tuple[float, ...]] = (
     10.0,
 )
 
+SUCCESS: Final = "success"
 OUTCOMES: Final = (
-    "success",
+    SUCCESS,
     "failure_status",
     "timeout",
     "connect",
@@ -45,17 +46,28 @@ OUTCOMES: Final = (
 class RouteStats:
     """Counters of one upstream (or of the inbound app route)."""
 
-    __slots__ = ("latency_buckets", "latency_count", "latency_sum", "outcomes")
+    __slots__ = ("latency_buckets", "latency_count", "latency_sum", "others", "successes")
 
     def __init__(self) -> None:
-        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        # Successes, the outcome of nearly every call, in a plain int (compiled, a native add;
+        # a dict entry would be looked up, added as an object and stored for every call).
+        self.successes = 0
+        self.others = dict.fromkeys(OUTCOMES[1:], 0)  # every other outcome
         self.latency_buckets = [0] * (len(LATENCY_BOUNDS) + 1)
         self.latency_sum = 0.0
         self.latency_count = 0
 
+    @property
+    def outcomes(self) -> dict[str, int]:
+        """Calls by outcome, in the order of OUTCOMES (a new dict)."""
+        return {SUCCESS: self.successes, **self.others}
+
     def count(self, outcome: str) -> None:
         """Count one call by its outcome."""
-        self.outcomes[outcome] += 1
+        if outcome == SUCCESS:
+            self.successes += 1
+        else:
+            self.others[outcome] += 1
 
     def observe(self, seconds: float) -> None:
         """Record one call's duration (until the last response byte)."""
@@ -65,4 +77,4 @@ class RouteStats:
 
     def snapshot(self) -> dict[str, int]:
         """Outcome counts, for /status."""
-        return dict(self.outcomes)
+        return self.outcomes

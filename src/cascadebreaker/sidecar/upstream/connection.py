@@ -36,6 +36,7 @@ from cascadebreaker.sidecar.http.wire import (
     RawHeaders,
     drop_connection_tokens,
     header_kind,
+    plain_connection,
     unconnected,
 )
 from cascadebreaker.sidecar.logs import RateLimitedLog
@@ -240,7 +241,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif kind == TRANSFER_ENCODING:
             self._chunked = b"chunked" in value.lower()
         elif kind == CONNECTION:
-            if value not in PLAIN_CONNECTION:
+            if not (plain_connection(value) if COMPILED else value in PLAIN_CONNECTION):
                 self._connection.append(value)
         elif kind == UPGRADE:
             self._upgrade = value
