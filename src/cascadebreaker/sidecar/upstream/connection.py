@@ -229,7 +229,8 @@ class UpstreamConnection(asyncio.Protocol):
     # -- httptools callbacks ----------------------------------------------------------------
     def on_status(self, reason: bytes) -> None:
         """Part of the reason phrase."""
-        self._reason += reason
+        so_far = self._reason  # nearly always one piece: kept as is (see RequestReader.on_url)
+        self._reason = so_far + reason if so_far else reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One response header: end-to-end ones are kept, framing ones noted, hop-by-hop dropped."""
