@@ -63,6 +63,26 @@ def _number(text: str) -> int:
     return int(text, 16) if text.startswith("0x") else int(text)
 
 
+def _named(
+    line: str, objects: dict[str, str], functions: dict[str, str], where: tuple[str, str]
+) -> tuple[str, str]:
+    """Follow a name line (`ob=(1) /lib/x.so`, `fn=(3)`: a name is given once, then its id;
+    `ob` and `cob` share one table, `fn` and `cfn` another): the (object, function) the next
+    cost lines belong to. Any other line leaves it as it was."""
+    named = _NAMED.match(line)
+    if not named:
+        return where
+    kind, key, name = named.groups()
+    table = objects if kind in ("ob", "cob") else functions
+    if kind in ("ob", "cob", "fn", "cfn") and name is not None:
+        table[key] = name
+    if kind == "ob":
+        return (objects.get(key, key), "")
+    if kind == "fn":
+        return (where[0], functions.get(key, key))
+    return where
+
+
 def parse(out: Path) -> dict[tuple[str, str], tuple[float, dict[int, int]]]:
     """Instructions, and how often each code address ran, by (object, function), from a
     callgrind output file written with `--dump-instr=yes` (positions `instr line`; names and
@@ -98,16 +118,7 @@ def parse(out: Path) -> dict[tuple[str, str], tuple[float, dict[int, int]]]:
             if line.startswith("calls="):
                 after_calls = True
                 continue
-            named = _NAMED.match(line)
-            if named:
-                kind, key, name = named.groups()
-                table = objects if kind in ("ob", "cob") else functions  # ob/cob share one
-                if kind in ("ob", "cob", "fn", "cfn") and name is not None:
-                    table[key] = name
-                if kind == "ob":
-                    where = (objects.get(key, key), "")
-                elif kind == "fn":
-                    where = (where[0], functions.get(key, key))
+            where = _named(line, objects, functions, where)
     return {w: (counts[w], seen[w]) for w in seen}
 
 
@@ -161,16 +172,7 @@ def own_events(out: Path) -> dict[tuple[str, str], dict[str, int]]:
             elif line.startswith("positions:"):
                 skip = len(line.split()) - 1
             else:
-                named = _NAMED.match(line)
-                if named:
-                    kind, key, name = named.groups()
-                    table = objects if kind in ("ob", "cob") else functions
-                    if kind in ("ob", "cob", "fn", "cfn") and name is not None:
-                        table[key] = name
-                    if kind == "ob":
-                        where = (objects.get(key, key), "")
-                    elif kind == "fn":
-                        where = (where[0], functions.get(key, key))
+                where = _named(line, objects, functions, where)
     return {w: dict(c) for w, c in costs.items()}
 
 
