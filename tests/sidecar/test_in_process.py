@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -254,3 +255,27 @@ def test_request_info_decodes_method_and_path_once_on_first_use() -> None:
     assert info.path == "/caf\u00e9?q=1"  # latin-1, as on the wire: every byte is kept
     assert info.path is info.path and info.method is info.method
     assert info.method == "GET"
+
+
+@pytest.mark.parametrize(
+    ("target", "status", "forwarded"),
+    [
+        (b"/orders/17?x=1", 200, "/orders/17?x=1"),
+        (b"http://checkout:8080/orders/18", 200, "/orders/18"),
+        (b"HTTP://checkout", 200, "/"),
+        (b"orders/19", 400, None),
+        (b"", 400, None),
+    ],
+)
+async def test_inbound_request_target_forms(
+    server: SidecarServer, upstream: Upstream, target: bytes, status: int, forwarded: str | None
+) -> None:
+    """Origin form passes as it is, absolute form becomes its path, anything else is a 400."""
+    host, port = server.address("inbound").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET " + target + b" HTTP/1.1\r\nhost: checkout\r\nconnection: close\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)
+    writer.close()
+    assert head.split()[1] == str(status).encode()
+    if forwarded is not None:
+        assert upstream.state.requests[-1]["path"] == forwarded

@@ -11,6 +11,7 @@ from cascadebreaker import Outcome, State
 from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
 from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, RETRY, Call
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+from cascadebreaker.sidecar.proxy.stats import RouteStats
 from cascadebreaker.sidecar.schema import parse_config
 from cascadebreaker.sidecar.upstream.model import UpstreamConnectError, UpstreamReset
 
@@ -221,3 +222,24 @@ def test_inbound_header_lines_are_made_once_per_caller_and_bounded(
         lines = runtime.inbound_lines(f"10.1.{n // 256}.{n % 256}")
         assert lines.startswith(f"x-forwarded-for: 10.1.{n // 256}.{n % 256}\r\n".encode())
     assert len(runtime._inbound_lines) <= 4096
+
+
+async def test_finished_calls_land_in_their_latency_buckets(runtime: SidecarRuntime) -> None:
+    """The histogram as `finish` counts it (inlined) equals `RouteStats.observe`'s."""
+    pipeline = runtime.pipeline
+    now = [0.0]
+    pipeline.clock = lambda: now[0]
+    durations = [0.0001, 0.0002, 0.003, 0.0001, 0.7, 0.7, 30.0, 0.0004]
+    reference = RouteStats()
+    for seconds in durations:
+        call = _call(runtime)
+        now[0] = 100.0
+        assert pipeline.start(call) is None
+        assert pipeline.response(call, 200, []) is False
+        now[0] = 100.0 + seconds
+        pipeline.finish(call)
+        reference.observe(seconds)
+    stats = runtime.routes["payment"].stats
+    assert stats.latency_buckets == reference.latency_buckets
+    assert sum(stats.latency_buckets) == stats.latency_count == len(durations)
+    assert stats.latency_buckets[-1] == 1  # 30 s: past the last bound

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -35,7 +36,7 @@ from cascadebreaker.sidecar.http.wire import (
 from cascadebreaker.sidecar.proxy.endpoint_hint import endpoint_hint, route_template
 from cascadebreaker.sidecar.proxy.listeners import split_outbound_target
 from cascadebreaker.sidecar.proxy.routes import RetryBudget
-from cascadebreaker.sidecar.proxy.stats import OUTCOMES, RouteStats
+from cascadebreaker.sidecar.proxy.stats import LATENCY_BOUNDS, OUTCOMES, RouteStats
 from cascadebreaker.sidecar.schema import ConfigError, load_config, parse_config
 from cascadebreaker.sidecar.upstream import UpstreamConnection, UpstreamPool, UpstreamTarget
 
@@ -502,3 +503,16 @@ def test_route_stats_count_every_outcome_in_order() -> None:
     snapshot = stats.snapshot()
     stats.count("success")
     assert snapshot["success"] == 4 and stats.snapshot()["success"] == 5
+
+
+@given(st.lists(st.floats(0, 20, allow_nan=False)))
+def test_route_stats_histogram_counts_every_duration_in_its_bucket(durations: list[float]) -> None:
+    """At any moment the histogram holds every call, in the bucket `bisect_left` names."""
+    stats = RouteStats()
+    expected = [0] * (len(LATENCY_BOUNDS) + 1)
+    for seconds in durations:
+        stats.observe(seconds)
+        expected[bisect.bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        assert stats.latency_buckets == expected
+    assert stats.latency_count == len(durations)
+    assert stats.latency_sum == pytest.approx(sum(durations))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, TypeVar
 
 from cascadebreaker.sidecar.http.connection import ServerConnection
 from cascadebreaker.sidecar.http.exchange import Exchange, RequestHandler, RequestHead
@@ -23,6 +23,8 @@ _LAST_HOST: Final[list[tuple[bytes, bytes]]] = [(b"", b"")]
 # and clears costs ~2,000 instructions.
 _QUESTION_MARK: Final = ord("?")
 _SLASH: Final = ord("/")
+# A dict, not a Mapping: compiled, `in` is then a dict look-up, not a generic containment call.
+_Route = TypeVar("_Route")
 
 
 def host_name(host: bytes) -> bytes:
@@ -34,7 +36,7 @@ def host_name(host: bytes) -> bytes:
 
 
 def split_outbound_target(
-    request: RequestHead, known_hosts: Mapping[bytes, object]
+    request: RequestHead, known_hosts: dict[bytes, _Route]
 ) -> tuple[bytes, bytes] | None:
     """(upstream name, path for the upstream) of an outbound request, None if unparseable.
 
@@ -43,7 +45,7 @@ def split_outbound_target(
     (`/payment/v1/x`).
     """
     target = request.target
-    if target[:1] == b"/":
+    if target and target[0] == _SLASH:  # compiled, native: no slice to compare
         raw = request.host
         if raw:
             last = _LAST_HOST[0]
@@ -62,11 +64,13 @@ def split_outbound_target(
                 if c in (_SLASH, _QUESTION_MARK):
                     break
                 i += 1
+            query = i < end and target[i] == _QUESTION_MARK  # no slice made to compare
         else:  # `partition` over two `find(x, 1)`: a find with a start parses a tuple
             i = 1 + len(target[1:].partition(b"/")[0])
             if _QUESTION_MARK in target[1:i]:
                 i = target.find(b"?")
-        if target[i : i + 1] == b"?":  # a query before any slash: `/payment?x` is `/?x` there
+            query = target[i : i + 1] == b"?"
+        if query:  # a query before any slash: `/payment?x` is `/?x` there
             return target[1:i], b"/" + target[i:]
         return target[1:i], target[i:] or b"/"
     if target[:7].lower() == b"http://":
@@ -133,7 +137,7 @@ class InboundHandler(RequestHandler):
     def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
         """Forward to the app, origin-form path kept."""
         target = request.target
-        if target[:1] != b"/":
+        if not (target and target[0] == _SLASH):  # compiled, native: no slice to compare
             if target[:7].lower() == b"http://":
                 slash = target.find(b"/", 7)
                 target = b"/" if slash < 0 else target[slash:]

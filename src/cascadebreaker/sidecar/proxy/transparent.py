@@ -16,7 +16,7 @@ import logging
 import socket
 import struct
 from collections import Counter
-from typing import cast
+from typing import Final, cast
 from urllib.parse import urlsplit
 
 from cascadebreaker.sidecar.config import HostPort, InterceptionConfig
@@ -34,6 +34,7 @@ log = logging.getLogger("cascadebreaker.sidecar.proxy.transparent")
 
 SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h; IP6T_SO_ORIGINAL_DST has the same number
 _RELAY_CHUNK_HIGH = 256 * 1024
+_SLASH: Final = ord("/")
 
 Address = tuple[str, int]
 
@@ -100,13 +101,13 @@ class _RouteHandler:
     def handle(self, conn: ServerConnection, request: RequestHead) -> Exchange:
         """The app spoke to the upstream itself: keep its path, apply the route."""
         target = request.target
-        if target[:7].lower() == b"http://":
+        if not (target and target[0] == _SLASH):  # compiled, native: no slice to compare
+            if target[:7].lower() != b"http://":
+                return FixedExchange(
+                    conn, request, lambda close: error_response(400, "bad request target", close)
+                )
             slash = target.find(b"/", 7)
             target = b"/" if slash < 0 else target[slash:]
-        elif target[:1] != b"/":
-            return FixedExchange(
-                conn, request, lambda close: error_response(400, "bad request target", close)
-            )
         return ProxyExchange(self.runtime, conn, request, self.route, target, Direction.OUTBOUND)
 
 

@@ -319,8 +319,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._head_request = head_request
         self._timeout = timeout
         self._last_activity = self._now()
-        watch = self._watch
-        watch.busy.add(self)  # TimeoutWatch.add, inlined: it runs for every request
+        watch = self._watch  # it checks every connection of the pool with a sink
         if watch.handle is None:
             watch.arm()
         if body:
@@ -348,7 +347,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.tunnel = tunnel
         self._sink = None
         self._head_seen = False
-        self._watch.busy.discard(self)
 
     def pause_reading(self) -> None:
         """Stop reading the response (the client is slow); the timeout does not run meanwhile."""
@@ -373,31 +371,34 @@ class UpstreamConnection(asyncio.Protocol):
         self._abandon()
 
     # -- internals --------------------------------------------------------------------------
-    def check_timeout(self, now: float) -> None:
-        """Called by the pool's watch: fail the exchange if the upstream stalled too long."""
+    def check_timeout(self, now: float) -> bool:
+        """Called by the pool's watch: fail the exchange if the upstream stalled too long.
+
+        True while an exchange is still in progress afterwards (the watch keeps checking).
+        """
         if self._sink is None:
-            self._watch.busy.discard(self)
-            return
+            return False
         if self._reading_paused or (
             not self._request_complete and not self._write_blocked and not self._head_seen
         ):
             # The client is slow reading the response or sending the body: not the upstream.
             self._last_activity = now
-            return
-        if now - self._last_activity >= self._timeout:
-            what = "response body stalled" if self._head_seen else "no response"
-            self._fail(
-                UpstreamTimeout(
-                    self.pool.name,
-                    f"{what} within {self._timeout:g}s",
-                    response_started=self._bytes_seen,
-                )
+            return True
+        if now - self._last_activity < self._timeout:
+            return True
+        what = "response body stalled" if self._head_seen else "no response"
+        self._fail(
+            UpstreamTimeout(
+                self.pool.name,
+                f"{what} within {self._timeout:g}s",
+                response_started=self._bytes_seen,
             )
+        )
+        return False
 
     def _complete(self) -> None:
         sink = self._sink
         self._sink = None
-        self._watch.busy.discard(self)
         # An upstream may answer before reading the whole request body; the rest was never
         # sent, so the connection is out of step and must not be reused.
         if self._keep_alive and self._request_complete and not self.closed:
@@ -422,7 +423,6 @@ class UpstreamConnection(asyncio.Protocol):
             sink.response_failed(error)
 
     def _abandon(self) -> None:
-        self._watch.busy.discard(self)
         if not self.closed:
             self.closed = True
             self.pool.discard(self)

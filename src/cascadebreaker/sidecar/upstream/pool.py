@@ -16,34 +16,39 @@ __all__ = ["TimeoutWatch", "UpstreamPool"]
 
 
 class TimeoutWatch:
-    """Checks busy connections for stalls every `resolution` seconds.
+    """Checks a pool's busy connections for stalls every `resolution` seconds.
 
     One periodic check per pool instead of a timer armed and cancelled per request (which costs
     more than the rest of the exchange's bookkeeping); timeouts fire up to `resolution` late.
+    The check walks every open connection of the pool, idle ones too, so that starting and
+    ending an exchange costs no bookkeeping here beyond arming the check when it sleeps.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, resolution: float) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        resolution: float,
+        connections: set[UpstreamConnection],
+    ) -> None:
         self.loop = loop
         self.resolution = resolution
-        self.busy: set[UpstreamConnection] = set()
+        self.connections = connections  # the pool's open connections (not a copy)
         self.handle: asyncio.TimerHandle | None = None  # the next check, while any is busy
 
-    def add(self, conn: UpstreamConnection) -> None:
-        """Watch a connection that just started an exchange (the hot path inlines this)."""
-        self.busy.add(conn)
-        if self.handle is None:
-            self.arm()
-
     def arm(self) -> None:
-        """Schedule the next check."""
+        """Schedule the next check (an exchange starts while none is scheduled)."""
         self.handle = self.loop.call_later(self.resolution, self._tick)
 
     def _tick(self) -> None:
         self.handle = None
         now = self.loop.time()
-        for conn in list(self.busy):
-            conn.check_timeout(now)
-        if self.busy:
+        busy = False
+        # A copy: failing a stalled exchange closes its connection, which leaves the set.
+        for conn in list(self.connections):
+            if conn.check_timeout(now):
+                busy = True
+        # A failure's retry may have started an exchange, and armed the check, meanwhile.
+        if busy and self.handle is None:
             self.arm()
 
     def close(self) -> None:
@@ -51,7 +56,6 @@ class TimeoutWatch:
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
-        self.busy.clear()
 
 
 class UpstreamPool:
@@ -63,7 +67,7 @@ class UpstreamPool:
         self.loop = loop
         self._idle: list[UpstreamConnection] = []
         self._all: set[UpstreamConnection] = set()
-        self.watch = TimeoutWatch(loop, max(0.005, min(0.05, target.timeout / 20)))
+        self.watch = TimeoutWatch(loop, max(0.005, min(0.05, target.timeout / 20)), self._all)
 
     @property
     def idle_count(self) -> int:
