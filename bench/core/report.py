@@ -166,7 +166,12 @@ def render_markdown(
 
 
 def write_section(doc: Path, section: str, title: str = SECTION) -> None:
-    """Replace the `title` section (`## ...`) of `doc`, leaving every other section alone."""
+    """Replace the `title` section (`## ...`) of `doc`, leaving every other section alone.
+
+    A section that writes no subsections (`### ...`) of its own replaces only its text up to
+    the first one: the subsections under it are history written by hand, which no run
+    rewrites.
+    """
     if not doc.exists():
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(f"# Benchmarks\n\n{section}\n{OTHER_SECTIONS}")
@@ -177,8 +182,9 @@ def write_section(doc: Path, section: str, title: str = SECTION) -> None:
         text = "".join(lines).rstrip("\n") + "\n\n" + section
         doc.write_text(text)
         return
+    ends = ("## ",) if "\n### " in section else ("## ", "### ")
     end = next(
-        (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")),
+        (i for i in range(start + 1, len(lines)) if lines[i].startswith(ends)),
         len(lines),
     )
     tail = "".join(lines[end:])
