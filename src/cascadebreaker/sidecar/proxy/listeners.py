@@ -23,7 +23,8 @@ _LAST_HOST: Final[list[tuple[bytes, bytes]]] = [(b"", b"")]
 # and clears costs ~2,000 instructions.
 _QUESTION_MARK: Final = ord("?")
 _SLASH: Final = ord("/")
-# A dict, not a Mapping: compiled, `in` is then a dict look-up, not a generic containment call.
+# Whatever the known hosts map to. `split_outbound_target` takes them as a dict, not a Mapping:
+# compiled, `in` is then a dict look-up, not a generic containment call.
 _Route = TypeVar("_Route")
 
 
