@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,12 @@ from cascadebreaker.cascade import (
 )
 from cascadebreaker.sidecar.mesh import watch as propagation
 from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
+from cascadebreaker.sidecar.mesh.node import CascadeNode
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
 from cascadebreaker.sidecar.mesh.watch import WatchHub, peer_host
-from cascadebreaker.sidecar.proxy.hooks import Direction, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import Direction, RequestHook, RequestInfo
 from cascadebreaker.sidecar.proxy.ports import WatchEnded, WatchSubscription
+from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.schema import ConfigError, parse_cascade_config, parse_config
 from cascadebreaker.sidecar.server import build_runtime
 from cascadebreaker.testing.ports import free_port
@@ -250,115 +253,104 @@ async def test_a_propagated_unavailability_reroutes_to_the_alternative() -> None
         runtime.close()
 
 
-async def test_a_bare_outbound_call_is_named_anew_once_a_template_is_added() -> None:
+@pytest.fixture
+async def signing_checkout() -> AsyncIterator[tuple[SidecarRuntime, CascadeNode, RequestHook]]:
+    """A checkout sidecar's runtime with the cascade on (a secret: it signs hop tokens), its
+    node and its cascade hook."""
+    config = parse_config(
+        {
+            "service": "checkout",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
+            "cascade": {"secret": "s"},
+        }
+    )
+    runtime = build_runtime(config)
+    try:
+        node = cascade_node(runtime)
+        assert node is not None
+        yield runtime, node, runtime.hooks.hooks[0]
+    finally:
+        runtime.close()
+
+
+def _outbound_to_payment(runtime: SidecarRuntime, method: bytes, path: bytes) -> RequestInfo:
+    return RequestInfo(
+        Direction.OUTBOUND,
+        "checkout",
+        "payment",
+        method,
+        path,
+        [],
+        "127.0.0.1",
+        runtime.route_resolver,
+    )
+
+
+def _hop_trusted(node: CascadeNode, token: bytes, method: str, path: str) -> bool:
+    """Whether the hop token verifies for that very call line."""
+    check = node.learner.trust.check(
+        token.decode(),
+        peer_host="10.0.0.1",
+        now=time.time(),
+        material=hop_material(method, path, None),
+    )
+    return check.trusted
+
+
+async def test_a_bare_outbound_call_is_named_anew_once_a_template_is_added(
+    signing_checkout: tuple[SidecarRuntime, CascadeNode, RequestHook],
+) -> None:
     # The hook remembers how it named a call without cascade headers; a template added later
     # must rename it (and the refusal follow the new name), and the remembered hop token must
     # verify for that very call.
-    config = parse_config(
-        {
-            "service": "checkout",
-            "listen": {"inbound": None, "grpc": None},
-            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
-            "cascade": {"secret": "s"},
-        }
-    )
-    runtime = build_runtime(config)
-    try:
-        node = cascade_node(runtime)
-        assert node is not None
-        hook = runtime.hooks.hooks[0]
+    runtime, node, hook = signing_checkout
 
-        def outbound() -> tuple[Any, RequestInfo]:
-            info = RequestInfo(
-                Direction.OUTBOUND,
-                "checkout",
-                "payment",
-                b"GET",
-                b"/v1/charges/abc",
-                [],
-                "127.0.0.1",
-                runtime.route_resolver,
-            )
-            return hook.on_request(info), info
+    def outbound() -> tuple[Any, RequestInfo]:
+        info = _outbound_to_payment(runtime, b"GET", b"/v1/charges/abc")
+        return hook.on_request(info), info
 
-        for _ in range(2):  # named on first sight, then remembered
-            rejection, info = outbound()
-            assert rejection is None
-            assert info.state.callee == Endpoint("payment", "GET", "/v1/charges/abc")
-            [(name, token)] = info.add_headers
-            assert name == b"ccb-hop"
-            check = node.learner.trust.check(
-                token.decode(),
-                peer_host="10.0.0.1",
-                now=time.time(),
-                material=hop_material("GET", "/v1/charges/abc", None),
-            )
-            assert check.trusted
-        node.templates.add("payment", "/v1/charges/{id}")
-        templated = Endpoint("payment", "GET", "/v1/charges/{id}")
+    for _ in range(2):  # named on first sight, then remembered
         rejection, info = outbound()
-        assert rejection is None and info.state.callee == templated
-        chain = (Cause(Endpoint.service_wide("ledger"), "circuit open"), Cause(templated, "r"))
-        update = sign(
-            AvailabilityUpdate("payment", templated, False, chain, time.time() + 30, 1), b"s"
-        )
-        assert node.table.receive(update).verdict is Verdict.ACCEPTED
-        rejection, _ = outbound()
-        assert rejection is not None and rejection.status == 503
-    finally:
-        runtime.close()
+        assert rejection is None
+        assert info.state.callee == Endpoint("payment", "GET", "/v1/charges/abc")
+        [(name, token)] = info.add_headers
+        assert name == b"ccb-hop"
+        assert _hop_trusted(node, token, "GET", "/v1/charges/abc")
+    node.templates.add("payment", "/v1/charges/{id}")
+    templated = Endpoint("payment", "GET", "/v1/charges/{id}")
+    rejection, info = outbound()
+    assert rejection is None and info.state.callee == templated
+    chain = (Cause(Endpoint.service_wide("ledger"), "circuit open"), Cause(templated, "r"))
+    update = sign(AvailabilityUpdate("payment", templated, False, chain, time.time() + 30, 1), b"s")
+    assert node.table.receive(update).verdict is Verdict.ACCEPTED
+    rejection, _ = outbound()
+    assert rejection is not None and rejection.status == 503
 
 
-async def test_each_call_line_is_named_and_signed_for_itself_whatever_came_before() -> None:
+async def test_each_call_line_is_named_and_signed_for_itself_whatever_came_before(
+    signing_checkout: tuple[SidecarRuntime, CascadeNode, RequestHook],
+) -> None:
     # The hook remembers the last call line and compares the next one with it as sent (bytes):
     # lines that differ in one byte of the method or the path, alternating, are each named
     # and signed for themselves (a latin-1 path as well).
-    config = parse_config(
-        {
-            "service": "checkout",
-            "listen": {"inbound": None, "grpc": None},
-            "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
-            "cascade": {"secret": "s"},
-        }
-    )
-    runtime = build_runtime(config)
-    try:
-        node = cascade_node(runtime)
-        assert node is not None
-        hook = runtime.hooks.hooks[0]
-        lines = [
-            (b"GET", b"/v1/charges/abc"),
-            (b"PUT", b"/v1/charges/abc"),
-            (b"GET", b"/v1/charges/abd"),
-            (b"GET", b"/v1/charges/abc"),
-            (b"GET", b"/v1/caf\xe9"),
-            (b"GET", b"/v1/caf\xe9"),
-            (b"GET", b"/v1/charges/abc"),
-        ]
-        for method, path in lines:
-            info = RequestInfo(
-                Direction.OUTBOUND,
-                "checkout",
-                "payment",
-                method,
-                path,
-                [],
-                "127.0.0.1",
-                runtime.route_resolver,
-            )
-            assert hook.on_request(info) is None
-            named = (method.decode(), path.decode("latin-1"))
-            assert info.state.callee == Endpoint("payment", *named)
-            [(_, token)] = info.add_headers
-            check = node.learner.trust.check(
-                token.decode(),
-                peer_host="10.0.0.1",
-                now=time.time(),
-                material=hop_material(*named, None),
-            )
-            assert check.trusted, (method, path)
-    finally:
-        runtime.close()
+    runtime, node, hook = signing_checkout
+    lines = [
+        (b"GET", b"/v1/charges/abc"),
+        (b"PUT", b"/v1/charges/abc"),
+        (b"GET", b"/v1/charges/abd"),
+        (b"GET", b"/v1/charges/abc"),
+        (b"GET", b"/v1/caf\xe9"),
+        (b"GET", b"/v1/caf\xe9"),
+        (b"GET", b"/v1/charges/abc"),
+    ]
+    for method, path in lines:
+        info = _outbound_to_payment(runtime, method, path)
+        assert hook.on_request(info) is None
+        named = (method.decode(), path.decode("latin-1"))
+        assert info.state.callee == Endpoint("payment", *named)
+        [(_, token)] = info.add_headers
+        assert _hop_trusted(node, token, *named), (method, path)
 
 
 async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() -> None:
