@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from cascadebreaker import Outcome, State
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import (
+    BareCallHook,
+    Direction,
+    Rejection,
+    RequestInfo,
+    SettledCall,
+)
 from cascadebreaker.sidecar.proxy.pipeline import FAIL, REPLAY, RETRY, Call
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.proxy.stats import RouteStats
@@ -81,6 +87,109 @@ async def test_a_hook_reroutes_to_a_configured_upstream_only(runtime: SidecarRun
     other = _call(runtime)
     assert runtime.pipeline.start(other) is None
     assert other.route.name == "payment"
+
+
+class _Settler(BareCallHook):
+    """Settles calls to /x (forwarding a header line), leaves every other one to on_request."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.settled: list[tuple[str, bytes, bytes]] = []
+        self.asked: list[str] = []  # the paths on_request saw
+        self.heard: list[tuple[str, int, str, bool]] = []  # (upstream, status, outcome, settled)
+
+    def settle(
+        self, upstream: str, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> SettledCall | None:
+        if self.fail:
+            raise RuntimeError("a bug in the hook")
+        if path != b"/x":
+            return None
+        self.settled.append((upstream, method, path))
+        return SettledCall(self, b"x-settled: 1\r\n")
+
+    def settled_response(
+        self,
+        upstream: str,
+        settled: SettledCall,
+        status: int,
+        outcome: str,
+        headers: list[tuple[bytes, bytes]],
+    ) -> None:
+        assert settled.hook is self
+        self.heard.append((upstream, status, outcome, True))
+
+    def on_request(self, info: RequestInfo) -> Rejection | None:
+        self.asked.append(info.path)
+        return None
+
+    def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
+        self.heard.append((info.target, status, outcome, False))
+
+
+async def test_a_lone_bare_call_hook_settles_outbound_calls_without_a_request_info(
+    runtime: SidecarRuntime,
+) -> None:
+    hook = _Settler()
+    runtime.hooks.add(hook)
+    pipeline = runtime.pipeline
+    call = _call(runtime)
+    assert pipeline.start(call) is None
+    assert call.info is None and call.settled is not None
+    assert call.settled.lines == b"x-settled: 1\r\n" and _holds_admission(call)
+    assert (hook.settled, hook.asked) == ([("payment", b"GET", b"/x")], [])
+    assert pipeline.response(call, 200, []) is False
+    assert hook.heard == [("payment", 200, "success", True)]
+    # A call it leaves gets a RequestInfo and on_request, and its outcome on_response.
+    other = Call(Direction.OUTBOUND, runtime.routes["backup"], b"GET", b"/y", [], "a", False, True)
+    assert pipeline.start(other) is None
+    assert other.info is not None and other.settled is None and hook.asked == ["/y"]
+    pipeline.response(other, 500, [])
+    assert hook.heard[-1] == ("backup", 500, "failure", False)
+
+
+async def test_a_settled_call_s_every_outcome_reaches_its_hook(runtime: SidecarRuntime) -> None:
+    hook = _Settler()
+    runtime.hooks.add(hook)
+    pipeline = runtime.pipeline
+    failed = _call(runtime, b"POST")  # no retry for a POST: the error is its outcome
+    assert pipeline.start(failed) is None
+    assert pipeline.failed(failed, UpstreamConnectError("payment", "refused")) == FAIL
+    breaker = runtime.routes["payment"].breaker
+    assert breaker is not None and breaker.state is State.OPEN  # threshold 1
+    refused = _call(runtime)
+    verdict = pipeline.start(refused)  # settled by the hook, then refused by the breaker
+    assert isinstance(verdict, Rejection) and refused.settled is not None
+    assert hook.heard == [("payment", 502, "failure", True), ("payment", 503, "rejected", True)]
+
+
+async def test_bare_calls_are_not_settled_inbound_or_beside_another_hook(
+    runtime: SidecarRuntime,
+) -> None:
+    settler, other = _Settler(), _Hook()
+    runtime.hooks.add(settler)
+    inbound = Call(
+        Direction.INBOUND, runtime.routes["payment"], b"GET", b"/x", [], "a", False, True
+    )
+    assert runtime.pipeline.start(inbound) is None
+    assert inbound.info is not None and settler.asked == ["/x"]
+    runtime.hooks.add(other)  # two hooks: every one of them sees every call
+    call = _call(runtime)
+    assert runtime.pipeline.start(call) is None
+    assert call.settled is None and settler.asked == ["/x", "/x"] and settler.settled == []
+    runtime.pipeline.response(call, 200, [])
+    assert other.heard == [(200, "success")]
+
+
+async def test_a_hook_that_fails_to_settle_is_logged_and_asked_again(
+    runtime: SidecarRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    hook = _Settler(fail=True)
+    runtime.hooks.add(hook)
+    call = _call(runtime)
+    assert runtime.pipeline.start(call) is None
+    assert call.settled is None and call.info is not None and hook.asked == ["/x"]
+    assert "failed to settle a call" in caplog.text
 
 
 async def test_an_open_breaker_refuses(runtime: SidecarRuntime) -> None:

@@ -149,14 +149,16 @@ def request_head(
     headers: RawHeaders,
     framing: bytes,
     lines: bytes = b"",
+    more_lines: bytes = b"",
 ) -> bytes:
     """Serialise a request head; `framing` is a ready `content-length: n\\r\\n` line or empty,
-    `lines` ready header lines (`via: ...\\r\\n`) to put before it."""
+    `lines` and `more_lines` ready header lines (`via: ...\\r\\n`) to put before it."""
     if COMPILED:  # a list, not any iterable: compiled, its loop indexes it natively
         out = [b"%b %b HTTP/1.1\r\nhost: %b\r\n" % (method, target, host)]
         for name, value in headers:
             out.append(b"%b: %b\r\n" % (name, value))
         out.append(lines)
+        out.append(more_lines)
         out.append(framing)
         out.append(CRLF)
         return b"".join(out)
@@ -173,6 +175,7 @@ def request_head(
             joined,
             end,
             lines,
+            more_lines,
             framing,
             CRLF,
         )

@@ -16,7 +16,7 @@ its response names one with a token that verifies (a plain upstream cannot make 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from cascadebreaker import State
 from cascadebreaker.cascade import (
@@ -32,10 +32,11 @@ from cascadebreaker.contract import Reason, rejection_body
 from cascadebreaker.sidecar.http.wire import COMPILED, RawHeaders, json_response
 from cascadebreaker.sidecar.proxy.hooks import (
     CAUSE_HEADER,
+    BareCallHook,
     Direction,
     Rejection,
-    RequestHook,
     RequestInfo,
+    SettledCall,
 )
 from cascadebreaker.sidecar.proxy.refusals import (
     ENDPOINT_UNAVAILABLE,
@@ -70,12 +71,26 @@ _OURS: Final = frozenset({_GRPC, REFUSAL_HEADER})  # response headers only a sid
 _INBOUND: Final = Direction.INBOUND  # a module constant: an enum member read costs a Python call
 
 
-class _Sent(NamedTuple):
-    """What the hook keeps about one outbound call (`RequestInfo.state`)."""
+class _Sent(SettledCall):
+    """What the hook keeps about one outbound call (`RequestInfo.state`, or the call it
+    settled); a bare call's is made once per hop token and shared by its calls."""
 
-    token: str | None  # the hop token we sent: peer claims and refusal seals bind to it
-    trace_key: str | None  # the trace it was made under (evidence of optionality)
-    callee: Endpoint
+    __slots__ = ("callee", "hop", "token", "trace_key")
+
+    def __init__(
+        self,
+        hook: CascadeHook,
+        token: str | None,
+        trace_key: str | None,
+        callee: Endpoint,
+        hop: tuple[bytes, bytes] | None = None,
+    ) -> None:
+        # `lines`: the hop token's header line, forwarded with a settled call
+        super().__init__(hook, b"" if hop is None else b"%b: %b\r\n" % hop)
+        self.token = token  # the hop token we sent: peer claims and refusal seals bind to it
+        self.trace_key = trace_key  # the trace it was made under (evidence of optionality)
+        self.callee = callee
+        self.hop = hop  # the token's header, for a call that has a `RequestInfo`
 
 
 class _BareCall:
@@ -84,7 +99,6 @@ class _BareCall:
 
     __slots__ = (
         "callee",
-        "hop",
         "material",
         "method",
         "path",
@@ -98,7 +112,13 @@ class _BareCall:
     )
 
     def __init__(
-        self, upstream: str, method: str, path: str, callee: Endpoint, material: str
+        self,
+        hook: CascadeHook,
+        upstream: str,
+        method: str,
+        path: str,
+        callee: Endpoint,
+        material: str,
     ) -> None:
         self.upstream = upstream  # the call line it names (its key in `CascadeHook._bare`)
         self.method = method
@@ -113,8 +133,7 @@ class _BareCall:
         self.second = -1.0
         self.until = -1.0
         self.token = ""
-        self.hop = (_HOP, b"")  # the header forwarded with the call
-        self.sent = _Sent(None, None, callee)  # what on_response gets (`RequestInfo.state`)
+        self.sent = _Sent(hook, None, None, callee)  # what its calls are settled with
 
 
 _MAX_BARE_CALLS: Final = 1024
@@ -305,11 +324,12 @@ def _strip_cascade_headers(headers: RawHeaders) -> None:
         at -= 1
 
 
-class CascadeHook(RequestHook):
-    """The cascade's `RequestHook` (one instance serves both directions).
+class CascadeHook(BareCallHook):
+    """The cascade's `RequestHook` (one instance serves both directions); it settles the bare
+    outbound call (`BareCallHook`: no `RequestInfo` for it).
 
-    It names the Protocol as its base: compiled, the hook chain calls it through mypyc's trait
-    vtable instead of a generic method call."""
+    It names its base: compiled, the pipeline calls it natively instead of a generic method
+    call."""
 
     def __init__(self, node: CascadeNode) -> None:
         self.node = node
@@ -342,50 +362,62 @@ class CascadeHook(RequestHook):
         # costs less than hashing the request's fresh method and path strings for the memo.
         self._last_bare: _BareCall | None = None
 
-    def on_request(self, info: RequestInfo) -> Rejection | None:
-        """Refuse, learn, strip or add headers, reroute."""
-        if info.direction is _INBOUND:
-            return self._inbound(info)
-        # Outbound: the most frequent call of all, so its steps are written here (one
-        # Python call per step fewer), the common bare call first.
-        headers = info.headers
-        upstream = info.target
-        found = _NO_HEADERS
+    def settle(
+        self, upstream: str, method: bytes, path: bytes, headers: RawHeaders
+    ) -> _Sent | None:
+        """The bare outbound call (no cascade header, no alternative, not refused): named from
+        the memo of its line, checked, signed. The most frequent call of all, so its steps are
+        written here (one Python call per step fewer)."""
         if COMPILED:
             if not _plain_request(headers):
-                found = _read(headers)
+                return None
         else:
             plain = _PLAIN_REQUEST
             for name, _ in headers:  # `_plain_request`, inlined: a Python call fewer a call
                 if name not in plain:
-                    found = _read(headers)
-                    break
-        if not found and not (self._rerouting and upstream in self.alternatives):
-            # No cascade header, no alternative: name the call (memo), check, sign.
-            bare = self._last_bare
-            if (
-                bare is None
-                or bare.raw_path != info.raw_path
-                or bare.raw_method != info.raw_method
-                or bare.upstream != upstream
-                or self._bare_version != self.templates.version
-            ):
-                bare = self._last_bare = self._bare_call(upstream, info.method, info.path)
-                # The same line on the wire: compared as bytes, nothing is decoded next time.
-                bare.raw_method = info.raw_method
-                bare.raw_path = info.raw_path
-            refusal = self.table.check(bare.callee)
-            if refusal is None or _own_breaker(refusal, upstream, bare.callee):
-                if self._signs_hops:
-                    now = self._wall()
-                    if not bare.second <= now < bare.until:
-                        self._sign(bare, now)
-                    info.add_headers.append(bare.hop)
-                    info.state = bare.sent
-                else:
-                    info.state = _Sent(None, None, bare.callee)
-                return None
-        return self._outbound(info, found)
+                    return None
+        if self._rerouting and upstream in self.alternatives:
+            return None
+        bare = self._last_bare
+        if (
+            bare is None
+            or bare.raw_path != path
+            or bare.raw_method != method
+            or bare.upstream != upstream
+            or self._bare_version != self.templates.version
+        ):
+            bare = self._bare_call(upstream, method.decode(), path.decode("latin-1"))
+            self._last_bare = bare
+            # The same line on the wire: compared as bytes, nothing is decoded next time.
+            bare.raw_method = method
+            bare.raw_path = path
+        refusal = self.table.check(bare.callee)
+        if refusal is not None and not _own_breaker(refusal, upstream, bare.callee):
+            return None  # `on_request` refuses it, with the cause chain
+        if self._signs_hops:
+            now = self._wall()
+            if not bare.second <= now < bare.until:
+                self._sign(bare, now)
+        return bare.sent
+
+    def settled_response(
+        self, upstream: str, settled: SettledCall, status: int, outcome: str, headers: RawHeaders
+    ) -> None:
+        """The outcome of a call `settle` let go."""
+        self._outbound_done(upstream, cast(_Sent, settled), outcome, headers)
+
+    def on_request(self, info: RequestInfo) -> Rejection | None:
+        """Refuse, learn, strip or add headers, reroute."""
+        if info.direction is _INBOUND:
+            return self._inbound(info)
+        headers = info.headers
+        sent = self.settle(info.target, info.raw_method, info.raw_path, headers)
+        if sent is not None:
+            if sent.hop is not None:
+                info.add_headers.append(sent.hop)
+            info.state = sent
+            return None
+        return self._outbound(info, _NO_HEADERS if _plain_request(headers) else _read(headers))
 
     def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
         """End the trace of an inbound request; discover the sidecar behind an upstream."""
@@ -410,8 +442,11 @@ class CascadeHook(RequestHook):
                     info.response_headers.append((_GRPC, claim))
             return
         sent: _Sent | None = info.state
-        if sent is None:
-            return
+        if sent is not None:
+            self._outbound_done(info.reroute or info.target, sent, outcome, info.response_headers)
+
+    def _outbound_done(self, upstream: str, sent: _Sent, outcome: str, headers: RawHeaders) -> None:
+        """Weigh the call's outcome as evidence; discover the sidecar behind `upstream`."""
         if outcome != "success":  # failed, refused by us or by the upstream's sidecar
             self.learner.call_failed(sent.trace_key, sent.callee)
         elif sent.trace_key is not None:  # a retry that succeeded undoes the failure's evidence
@@ -420,21 +455,21 @@ class CascadeHook(RequestHook):
         # before (one C-level pass); names of its length are rare, so the others are looked
         # through without lower-casing a name.
         if COMPILED:
-            if _plain_response(info.response_headers):
+            if _plain_response(headers):
                 return
         else:
             plain = _PLAIN_RESPONSE
-            for name, _ in info.response_headers:  # `_plain_response`, inlined, as above
+            for name, _ in headers:  # `_plain_response`, inlined, as above
                 if name not in plain:
                     break
             else:
                 return
-        _learn_plain_response(info.response_headers)
-        for name, _ in info.response_headers:
+        _learn_plain_response(headers)
+        for name, _ in headers:
             if len(name) == _GRPC_SIZE and name.lower() == _GRPC:
-                claims = _strip(info.response_headers, _GRPC_ONLY)
+                claims = _strip(headers, _GRPC_ONLY)
                 if sent.token is not None:
-                    self.node.peer_claimed(info.reroute or info.target, claims[0], sent.token)
+                    self.node.peer_claimed(upstream, claims[0], sent.token)
                 return
 
     def _reseal_relayed_refusal(self, info: RequestInfo, value: bytes, sent_hop: str) -> None:
@@ -524,7 +559,7 @@ class CascadeHook(RequestHook):
                 refusal = None
         if refusal is not None:
             self.node.refused("outbound")
-            info.state = _Sent(None, trace_key, callee)  # a refused call: evidence too
+            info.state = _Sent(self, None, trace_key, callee)  # a refused call: evidence too
             names = {"upstream": upstream, "endpoint": str(callee)}
             mark = seal(self.runtime.refusal_key, UPSTREAM_UNAVAILABLE)
             route = self.runtime.routes.get(upstream)
@@ -547,14 +582,14 @@ class CascadeHook(RequestHook):
                 if not bare.second <= now < bare.until:
                     self._sign(bare, now)
                 token = bare.token
-                info.add_headers.append(bare.hop)
+                info.add_headers.append((_HOP, bare.token.encode("latin-1")))
             else:
                 base = self._base_paths.get(upstream, "")
                 token = self.learner.hop_token(
                     info.method, base + info.path, get if found else None
                 )
                 info.add_headers.append((_HOP, token.encode("latin-1")))
-        info.state = _Sent(token, trace_key, callee)
+        info.state = _Sent(self, token, trace_key, callee)
         return None
 
     def _bare_call(self, upstream: str, method: str, path: str) -> _BareCall:
@@ -569,7 +604,7 @@ class CascadeHook(RequestHook):
             callee = self.templates.endpoint(upstream, method, path)
             base = self._base_paths.get(upstream, "")
             bare = _BareCall(
-                upstream, method, path, callee, hop_material(method, base + path, None)
+                self, upstream, method, path, callee, hop_material(method, base + path, None)
             )
             if len(memo) >= _MAX_BARE_CALLS:
                 memo.clear()  # cheap bound; refills with the hot call lines
@@ -582,8 +617,7 @@ class CascadeHook(RequestHook):
         learner = self.learner
         token = learner.trust.issue(learner.service, now, bare.material)
         bare.token = token
-        bare.hop = (_HOP, token.encode("latin-1"))
-        bare.sent = _Sent(token, None, bare.callee)
+        bare.sent = _Sent(self, token, None, bare.callee, (_HOP, token.encode("latin-1")))
         bare.second = float(int(now))
         bare.until = bare.second + 1.0
 
@@ -597,9 +631,8 @@ def sealed_refusal_trust(secret: bytes) -> RefusalTrust:
     """Honour an upstream's `ccb-refusal` only when sealed under the mesh secret for the hop
     token we sent with the call (a plain upstream cannot forge it)."""
 
-    def trusted(route: RoutePort, info: RequestInfo | None, value: bytes) -> bool:
-        sent = info.state if info is not None else None
-        token = sent.token if isinstance(sent, _Sent) and sent.token is not None else ""
+    def trusted(route: RoutePort, state: object, value: bytes) -> bool:
+        token = state.token if isinstance(state, _Sent) and state.token is not None else ""
         return open_seal(secret, value, token) is not None
 
     return trusted

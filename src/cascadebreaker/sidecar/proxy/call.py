@@ -27,7 +27,7 @@ from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamRespons
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker, Permit
-    from cascadebreaker.sidecar.proxy.hooks import RequestInfo
+    from cascadebreaker.sidecar.proxy.hooks import RequestInfo, SettledCall
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 
@@ -52,6 +52,7 @@ class AwaitedCall(CallState, ResponseSink):
         self.has_body = False
         self.resendable = True  # the body is held whole: it can be sent again
         self.info: RequestInfo | None = None
+        self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
         self.permit: Permit | None = None
@@ -140,12 +141,15 @@ async def call_raw(
             info = call.info
             if info is not None and info.add_headers:
                 sent = [*sent, *info.add_headers]
+            settled = call.settled
             head = request_head(
                 method,
                 target.base_path + (path or b"/"),
                 target.authority,
                 sent,
                 whole_body_framing(method, len(body)),
+                b"",
+                b"" if settled is None else settled.lines,
             )
             future = call.future = loop.create_future()
             call.chunks = []

@@ -27,7 +27,7 @@ from cascadebreaker.sidecar.http.wire import (
     response_head,
 )
 from cascadebreaker.sidecar.logs import RateLimitedLog
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo, SettledCall
 from cascadebreaker.sidecar.proxy.pipeline import (
     CALL_SLOTS,
     REPLAY,
@@ -110,6 +110,7 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
         if has_body and len(route.pools) > 1 and length is not None and length <= _KEPT_LIMIT:
             self._kept = []
         self.info: RequestInfo | None = None
+        self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
         self.permit: Permit | None = None
@@ -405,6 +406,7 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
         info = self.info
         if info is not None and info.add_headers:
             headers = headers + info.add_headers
+        settled = self.settled
         if request.upgrade:  # a WebSocket handshake: hop-by-hop, so re-added for this hop
             headers = [*headers, (b"connection", b"upgrade"), (b"upgrade", request.upgrade)]
         length = CHUNKED if request.chunked else request.content_length
@@ -415,4 +417,5 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
             headers,
             forward_request_framing(length),
             lines,
+            b"" if settled is None else settled.lines,
         )

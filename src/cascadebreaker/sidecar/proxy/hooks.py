@@ -2,7 +2,8 @@
 
 The cascade plugs in here: it sees which endpoint a request serves (or targets), may add headers
 to the forwarded request, may refuse it with a `Rejection` (503 + JSON), and hears the outcome.
-With no hook registered the proxy builds no `RequestInfo` at all (the hot path stays lean).
+With no hook registered the proxy builds no `RequestInfo` at all (the hot path stays lean); a
+lone `BareCallHook` settles most outbound calls without one (`BareCallHook.settle`).
 """
 
 from __future__ import annotations
@@ -174,6 +175,39 @@ class RequestHook(Protocol):
         rejected (by us), refused (by the upstream's sidecar: `ccb-refusal`)."""
 
 
+class SettledCall:
+    """An outbound call a `BareCallHook` settled without a `RequestInfo`: the header lines to
+    forward with it (ready bytes, `name: value\r\n` each) and the hook that hears its outcome.
+    Hooks subclass it to keep their own state for the call."""
+
+    __slots__ = ("hook", "lines")
+
+    def __init__(self, hook: BareCallHook, lines: bytes = b"") -> None:
+        self.hook = hook
+        self.lines = lines
+
+
+class BareCallHook(RequestHook):
+    """A hook that settles the common outbound call from what it remembers of the call line,
+    with no `RequestInfo` built and no hook chain run: when it is the only hook registered the
+    pipeline asks `settle` first, and `on_request` only for the calls it leaves (most meshes'
+    calls carry nothing for a hook to read, refuse or reroute). A settled call's outcome goes
+    to `settled_response`, never to `on_response`."""
+
+    def settle(
+        self, upstream: str, method: bytes, path: bytes, headers: RawHeaders
+    ) -> SettledCall | None:
+        """Let the call go (what to forward with it) or None: build a `RequestInfo` and run
+        `on_request` (a header to read, a refusal to explain, an alternative to weigh)."""
+        raise NotImplementedError
+
+    def settled_response(
+        self, upstream: str, settled: SettledCall, status: int, outcome: str, headers: RawHeaders
+    ) -> None:
+        """`on_response` for a settled call; `headers` are the response's (editable)."""
+        raise NotImplementedError
+
+
 class HookChain:
     """The registered hooks, run in order; a hook that raises is logged and skipped."""
 
@@ -210,3 +244,24 @@ class HookChain:
                 hook.on_response(info, status, outcome)
             except Exception:
                 _hook_errors("response hook %r failed", hook, exc_info=True)
+
+    def settle(
+        self, hook: BareCallHook, upstream: str, method: bytes, path: bytes, headers: RawHeaders
+    ) -> SettledCall | None:
+        """`hook.settle`; one that raises settles nothing (`on_request` runs instead)."""
+        try:
+            return hook.settle(upstream, method, path, headers)
+        except Exception:
+            _hook_errors("request hook %r failed to settle a call", hook, exc_info=True)
+            return None
+
+    @staticmethod
+    def settled_response(
+        upstream: str, settled: SettledCall, status: int, outcome: str, headers: RawHeaders
+    ) -> None:
+        """Tell the hook that settled the call."""
+        hook = settled.hook
+        try:
+            hook.settled_response(upstream, settled, status, outcome, headers)
+        except Exception:
+            _hook_errors("response hook %r failed", hook, exc_info=True)

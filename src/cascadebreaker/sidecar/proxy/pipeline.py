@@ -14,7 +14,8 @@ callback; the async driver behind the gRPC `Call` (call.py) in a loop. So both b
     truncated(call)               the upstream failed after part of the response went out
     cancelled(call)               the client left; client_failed(call, outcome): its own fault
 
-The pipeline runs the hooks (which may refuse or reroute), takes the breaker's permit, counts
+The pipeline runs the hooks (which may refuse or reroute; a lone `BareCallHook` settles most
+outbound calls without a `RequestInfo`), takes the breaker's permit, counts
 a retry budget, classifies responses, records outcomes, and keeps the route's stats, including
 the latency of calls that end in an error. It does no I/O.
 """
@@ -25,7 +26,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from cascadebreaker import CircuitOpenError, State
-from cascadebreaker.sidecar.proxy.hooks import Direction, Rejection, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import (
+    BareCallHook,
+    Direction,
+    Rejection,
+    RequestInfo,
+    SettledCall,
+)
 from cascadebreaker.sidecar.proxy.refusals import find_refusal
 from cascadebreaker.sidecar.proxy.replies import rejection_for_open_circuit
 from cascadebreaker.sidecar.proxy.stats import LATENCY_BOUNDS
@@ -81,6 +88,7 @@ FAIL: Final = 3  # recorded; answer the error
 # Methods a retry cannot make act twice (RFC 9110 §9.2.2).
 IDEMPOTENT: Final = frozenset({b"GET", b"HEAD", b"OPTIONS", b"PUT", b"DELETE", b"TRACE"})
 _MAX_REPLAYS: Final = 2
+_OUTBOUND: Final = Direction.OUTBOUND  # a module constant: an enum member read is a Python call
 _NO_SLOTS: Final[tuple[str, ...]] = ()
 
 
@@ -107,7 +115,8 @@ class CallState:
     client: str
     has_body: bool
     resendable: bool  # the driver can send the request again (no body, or one held whole)
-    info: RequestInfo | None  # built only when hooks are registered
+    info: RequestInfo | None  # built only when hooks are registered and none settled the call
+    settled: SettledCall | None  # what a lone `BareCallHook` settled the call with
     # An admission is held either as `admitted` (a closed breaker's lock-free path: the round,
     # with `breaker`; 0: none) or as a `permit` (every other path); never both.
     admitted: int
@@ -138,6 +147,7 @@ CALL_SLOTS = (
     "permit",
     "resendable",
     "route",
+    "settled",
     "started_at",
     "turn",
 )
@@ -168,6 +178,7 @@ class Call(CallState):
         self.has_body = has_body
         self.resendable = resendable
         self.info: RequestInfo | None = None
+        self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
         self.permit: Permit | None = None
@@ -195,30 +206,46 @@ class CallPipeline:
         """Hooks (they may refuse or reroute), the retry budget's deposit, the breaker."""
         call.mark_started(self.clock())
         hooks = self.hooks
-        if hooks.hooks:  # the list itself: `HookChain.__bool__` is a Python call per request
-            runtime = self.runtime
-            info = call.info = RequestInfo(
-                call.direction,
-                runtime.service,
-                call.route.name,
-                call.method,
-                call.path,
-                call.headers,
-                call.client,
-                runtime.route_resolver,
-            )
-            rejection = hooks.on_request(info)
-            if rejection is not None:
-                return self.refuse(call, rejection)
-            reroute = info.reroute
-            if reroute is not None and reroute in runtime.routes:
-                call.route = runtime.routes[reroute]  # the primary's alternative
+        registered = hooks.hooks  # the list: `HookChain.__bool__` is a Python call per request
+        if registered:
+            settled = None
+            if len(registered) == 1 and call.direction is _OUTBOUND:
+                hook = registered[0]
+                if isinstance(hook, BareCallHook):
+                    settled = call.settled = hooks.settle(
+                        hook, call.route.name, call.method, call.path, call.headers
+                    )
+            if settled is None:
+                rejection = self._run_hooks(call)
+                if rejection is not None:
+                    return self.refuse(call, rejection)
         route = call.route
         if len(route.pools) > 1:  # round robin (`Route.next_turn`; one instance: turn 0)
             call.turn = route.next_turn()
         if route.retry_attempts:
             route.budget.deposit()
         return self._admit(call)
+
+    def _run_hooks(self, call: CallState) -> Rejection | None:
+        """Every hook's `on_request`, with the call's `RequestInfo`; a reroute is taken here."""
+        runtime = self.runtime
+        info = call.info = RequestInfo(
+            call.direction,
+            runtime.service,
+            call.route.name,
+            call.method,
+            call.path,
+            call.headers,
+            call.client,
+            runtime.route_resolver,
+        )
+        rejection = self.hooks.on_request(info)
+        if rejection is not None:
+            return rejection
+        reroute = info.reroute
+        if reroute is not None and reroute in runtime.routes:
+            call.route = runtime.routes[reroute]  # the primary's alternative
+        return None
 
     def retry(self, call: CallState) -> Rejection | AdmitLater | None:
         """Another attempt after a failure: the breaker is asked again."""
@@ -273,8 +300,7 @@ class CallPipeline:
         """The call is answered with `rejection` (an open circuit, a hook's refusal)."""
         call.closed = True
         call.route.stats.count("rejected")
-        if call.info is not None:
-            self.hooks.on_response(call.info, rejection.status, "rejected")
+        self._tell(call, rejection.status, "rejected", None)
         return rejection
 
     # -- outcomes ---------------------------------------------------------------------------
@@ -296,20 +322,15 @@ class CallPipeline:
             self._record(call, False, None, "failure_status")
             return True
         self._record(call, not failed, None, "failure_status" if failed else "success")
-        info = call.info
-        if info is not None:
-            info.response_headers = headers
-            self.hooks.on_response(info, status, "failure" if failed else "success")
+        if call.info is not None or call.settled is not None:
+            self._tell(call, status, "failure" if failed else "success", headers)
         return False
 
     def upgraded(self, call: CallState, headers: RawHeaders) -> None:
         """The upstream accepted a WebSocket handshake (101): a success."""
         self._record(call, True, None, "success")
         call.closed = True
-        info = call.info
-        if info is not None:
-            info.response_headers = headers
-            self.hooks.on_response(info, 101, "success")
+        self._tell(call, 101, "success", headers)
 
     def failed(self, call: CallState, error: UpstreamError) -> int:
         """The upstream failed before a complete response: REPLAY, RETRY or FAIL."""
@@ -327,8 +348,7 @@ class CallPipeline:
         if self._may_retry(call):
             return RETRY
         call.closed = True
-        if call.info is not None:
-            self.hooks.on_response(call.info, error.status, "failure")
+        self._tell(call, error.status, "failure", None)
         self._observe(call)
         return FAIL
 
@@ -428,21 +448,32 @@ class CallPipeline:
         """The 503 carries a sidecar's refusal mark that we trust (a plain `ccb-cause` does not
         count: any app could send one and hide its failures from the breaker)."""
         value = find_refusal(headers)
-        return value is not None and self.runtime.refusal_trust(call.route, call.info, value)
+        return value is not None and self.runtime.refusal_trust(call.route, _state(call), value)
 
     def _refused_upstream(self, call: CallState, headers: RawHeaders) -> bool:
         """A 503 marked as a sidecar's refusal we trust: not the upstream's failure (the
         cascade carries the cause); the permit goes back unrecorded and it is not retried."""
         value = find_refusal(headers)
-        if value is None or not self.runtime.refusal_trust(call.route, call.info, value):
+        if value is None or not self.runtime.refusal_trust(call.route, _state(call), value):
             return False
         self._drop_permit(call)
         call.route.stats.count("refused_upstream")
+        self._tell(call, 503, "refused", headers)
+        return True
+
+    def _tell(self, call: CallState, status: int, outcome: str, headers: RawHeaders | None) -> None:
+        """The hooks hear the call's outcome (`headers`: the response's, when it has one)."""
         info = call.info
         if info is not None:
-            info.response_headers = headers
-            self.hooks.on_response(info, 503, "refused")
-        return True
+            if headers is not None:
+                info.response_headers = headers
+            self.hooks.on_response(info, status, outcome)
+            return
+        settled = call.settled
+        if settled is not None:
+            self.hooks.settled_response(
+                call.route.name, settled, status, outcome, [] if headers is None else headers
+            )
 
     def _drop_permit(self, call: CallState) -> bool:
         """Give the call's admission back unrecorded; False when it held none."""
@@ -462,3 +493,9 @@ class CallPipeline:
 
     def _observe(self, call: CallState) -> None:
         call.route.stats.observe(self.clock() - call.started_at)
+
+
+def _state(call: CallState) -> object:
+    """What the hooks keep about the call (`RequestInfo.state`, or what settled it)."""
+    info = call.info
+    return info.state if info is not None else call.settled

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cascadebreaker.sidecar.proxy.hooks import HookChain, RequestInfo, RouteResolver
+from cascadebreaker.sidecar.proxy.hooks import HookChain, RouteResolver
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
@@ -132,8 +132,9 @@ EdgesTo = Callable[["Endpoint"], list[dict[str, Any]]]
 """A target endpoint -> our learned edges to it, with their optionality and evidence (the
 cascade's; `Check` and `/availability` show them)."""
 
-RefusalTrust = Callable[[RoutePort, "RequestInfo | None", bytes], bool]
-"""(route, the call's hook info, the `ccb-refusal` value) -> honour it (refusals.py)."""
+RefusalTrust = Callable[[RoutePort, object, bytes], bool]
+"""(route, what the hooks keep about the call: `RequestInfo.state` or the `SettledCall`, the
+`ccb-refusal` value) -> honour it (refusals.py)."""
 
 
 class Plugin(Protocol):

@@ -26,7 +26,6 @@ from cascadebreaker.cascade.trust import is_loopback
 from cascadebreaker.sidecar.http.wire import RawHeaders
 
 if TYPE_CHECKING:
-    from cascadebreaker.sidecar.proxy.hooks import RequestInfo
     from cascadebreaker.sidecar.proxy.ports import RoutePort
 
 __all__ = [
@@ -104,6 +103,6 @@ def find_refusal(headers: RawHeaders) -> bytes | None:
     return None
 
 
-def loopback_trust(route: RoutePort, info: RequestInfo | None, value: bytes) -> bool:
+def loopback_trust(route: RoutePort, state: object, value: bytes) -> bool:
     """The default trust without a mesh secret: a well-formed mark from a loopback upstream."""
     return reason_of(value) is not None and is_loopback(route.target.host)
