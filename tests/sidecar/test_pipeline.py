@@ -89,6 +89,14 @@ async def test_a_hook_reroutes_to_a_configured_upstream_only(runtime: SidecarRun
     assert other.route.name == "payment"
 
 
+class _Line(SettledCall):
+    """A hook's own state for a settled call (a Python subclass, also of the compiled class)."""
+
+    def __init__(self, hook: BareCallHook, path: bytes) -> None:
+        super().__init__(hook, b"x-settled: 1\r\n")
+        self.path = path
+
+
 class _Settler(BareCallHook):
     """Settles calls to /x (forwarding a header line), leaves every other one to on_request."""
 
@@ -106,7 +114,7 @@ class _Settler(BareCallHook):
         if path != b"/x":
             return None
         self.settled.append((upstream, method, path))
-        return SettledCall(self, b"x-settled: 1\r\n")
+        return _Line(self, path)
 
     def settled_response(
         self,
@@ -116,7 +124,7 @@ class _Settler(BareCallHook):
         outcome: str,
         headers: list[tuple[bytes, bytes]],
     ) -> None:
-        assert settled.hook is self
+        assert settled.hook is self and isinstance(settled, _Line) and settled.path == b"/x"
         self.heard.append((upstream, status, outcome, True))
 
     def on_request(self, info: RequestInfo) -> Rejection | None:

@@ -158,7 +158,8 @@ def request_head(
         for name, value in headers:
             out.append(b"%b: %b\r\n" % (name, value))
         out.append(lines)
-        out.append(more_lines)
+        if more_lines:  # most requests have none: no element for the join to copy
+            out.append(more_lines)
         out.append(framing)
         out.append(CRLF)
         return b"".join(out)

@@ -35,6 +35,7 @@ from cascadebreaker.sidecar.proxy.hooks import (
     BareCallHook,
     Direction,
     Rejection,
+    RequestHook,
     RequestInfo,
     SettledCall,
 )
@@ -324,12 +325,12 @@ def _strip_cascade_headers(headers: RawHeaders) -> None:
         at -= 1
 
 
-class CascadeHook(BareCallHook):
+class CascadeHook(BareCallHook, RequestHook):
     """The cascade's `RequestHook` (one instance serves both directions); it settles the bare
     outbound call (`BareCallHook`: no `RequestInfo` for it).
 
-    It names its base: compiled, the pipeline calls it natively instead of a generic method
-    call."""
+    It names the Protocol as a base: compiled, the hook chain calls it through mypyc's trait
+    vtable instead of a generic method call."""
 
     def __init__(self, node: CascadeNode) -> None:
         self.node = node

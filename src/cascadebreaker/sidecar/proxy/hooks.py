@@ -12,11 +12,23 @@ import logging
 import math
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from cascadebreaker.sidecar.http.wire import RawHeaders, json_response
 from cascadebreaker.sidecar.logs import RateLimitedLog
 from cascadebreaker.sidecar.proxy.endpoint_hint import route_template
+
+_C = TypeVar("_C")
+
+
+def _no_attrs(*attrs: str, **flags: object) -> Callable[[_C], _C]:
+    return lambda cls: cls
+
+
+try:  # compiled, mypyc reads the decorator: hooks written in Python may subclass the classes
+    from mypy_extensions import mypyc_attr
+except ImportError:  # not installed (it is no dependency of the library): interpreted, a no-op
+    mypyc_attr = _no_attrs
 
 log = logging.getLogger("cascadebreaker.sidecar")
 _hook_errors: Final = RateLimitedLog(log, logging.ERROR)  # a hook's bug may fire on every request
@@ -175,6 +187,7 @@ class RequestHook(Protocol):
         rejected (by us), refused (by the upstream's sidecar: `ccb-refusal`)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SettledCall:
     """An outbound call a `BareCallHook` settled without a `RequestInfo`: the header lines to
     forward with it (ready bytes, `name: value\r\n` each) and the hook that hears its outcome.
@@ -187,12 +200,15 @@ class SettledCall:
         self.lines = lines
 
 
-class BareCallHook(RequestHook):
-    """A hook that settles the common outbound call from what it remembers of the call line,
-    with no `RequestInfo` built and no hook chain run: when it is the only hook registered the
-    pipeline asks `settle` first, and `on_request` only for the calls it leaves (most meshes'
-    calls carry nothing for a hook to read, refuse or reroute). A settled call's outcome goes
-    to `settled_response`, never to `on_response`."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class BareCallHook:
+    """A `RequestHook` (a subclass writes `on_request` and `on_response` too) that settles the
+    common outbound call from what it remembers of the call line, with no `RequestInfo` built
+    and no hook chain run: when it is the only hook registered the pipeline asks `settle`
+    first, and `on_request` only for the calls it leaves (most meshes' calls carry nothing for
+    a hook to read, refuse or reroute). A settled call's outcome goes to `settled_response`,
+    never to `on_response`. Hooks written in Python may subclass it (and `SettledCall`), also
+    when the sidecar runs compiled."""
 
     def settle(
         self, upstream: str, method: bytes, path: bytes, headers: RawHeaders

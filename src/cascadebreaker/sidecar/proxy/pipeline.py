@@ -215,37 +215,30 @@ class CallPipeline:
                     settled = call.settled = hooks.settle(
                         hook, call.route.name, call.method, call.path, call.headers
                     )
-            if settled is None:
-                rejection = self._run_hooks(call)
+            if settled is None:  # every hook's `on_request`, with a `RequestInfo`
+                runtime = self.runtime
+                info = call.info = RequestInfo(
+                    call.direction,
+                    runtime.service,
+                    call.route.name,
+                    call.method,
+                    call.path,
+                    call.headers,
+                    call.client,
+                    runtime.route_resolver,
+                )
+                rejection = hooks.on_request(info)
                 if rejection is not None:
                     return self.refuse(call, rejection)
+                reroute = info.reroute
+                if reroute is not None and reroute in runtime.routes:
+                    call.route = runtime.routes[reroute]  # the primary's alternative
         route = call.route
         if len(route.pools) > 1:  # round robin (`Route.next_turn`; one instance: turn 0)
             call.turn = route.next_turn()
         if route.retry_attempts:
             route.budget.deposit()
         return self._admit(call)
-
-    def _run_hooks(self, call: CallState) -> Rejection | None:
-        """Every hook's `on_request`, with the call's `RequestInfo`; a reroute is taken here."""
-        runtime = self.runtime
-        info = call.info = RequestInfo(
-            call.direction,
-            runtime.service,
-            call.route.name,
-            call.method,
-            call.path,
-            call.headers,
-            call.client,
-            runtime.route_resolver,
-        )
-        rejection = self.hooks.on_request(info)
-        if rejection is not None:
-            return rejection
-        reroute = info.reroute
-        if reroute is not None and reroute in runtime.routes:
-            call.route = runtime.routes[reroute]  # the primary's alternative
-        return None
 
     def retry(self, call: CallState) -> Rejection | AdmitLater | None:
         """Another attempt after a failure: the breaker is asked again."""
@@ -322,8 +315,16 @@ class CallPipeline:
             self._record(call, False, None, "failure_status")
             return True
         self._record(call, not failed, None, "failure_status" if failed else "success")
-        if call.info is not None or call.settled is not None:
-            self._tell(call, status, "failure" if failed else "success", headers)
+        info = call.info
+        if info is not None:  # `_tell`, inlined: it runs once per call
+            info.response_headers = headers
+            self.hooks.on_response(info, status, "failure" if failed else "success")
+        else:
+            settled = call.settled
+            if settled is not None:
+                self.hooks.settled_response(
+                    route.name, settled, status, "failure" if failed else "success", headers
+                )
         return False
 
     def upgraded(self, call: CallState, headers: RawHeaders) -> None:
