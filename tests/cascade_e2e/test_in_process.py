@@ -26,7 +26,7 @@ from cascadebreaker.sidecar.mesh.hop_memo import MemoHopTrust
 from cascadebreaker.sidecar.mesh.node import CascadeNode
 from cascadebreaker.sidecar.mesh.plugin import cascade_node
 from cascadebreaker.sidecar.mesh.watch import WatchHub, peer_host
-from cascadebreaker.sidecar.proxy.hooks import Direction, RequestHook, RequestInfo
+from cascadebreaker.sidecar.proxy.hooks import BareCallHook, Direction, RequestHook, RequestInfo
 from cascadebreaker.sidecar.proxy.ports import WatchEnded, WatchSubscription
 from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
 from cascadebreaker.sidecar.schema import ConfigError, parse_cascade_config, parse_config
@@ -351,6 +351,37 @@ async def test_each_call_line_is_named_and_signed_for_itself_whatever_came_befor
         assert info.state.callee == Endpoint("payment", *named)
         [(_, token)] = info.add_headers
         assert _hop_trusted(node, token, *named), (method, path)
+
+
+async def test_a_settled_bare_call_carries_a_hop_token_line_for_that_very_call(
+    signing_checkout: tuple[SidecarRuntime, CascadeNode, RequestHook],
+) -> None:
+    # The pipeline asks the hook to settle a bare call without a RequestInfo: the line it
+    # forwards must hold a hop token that verifies for that call line, and a call the hook
+    # has something to read or refuse in must be left to on_request.
+    runtime, node, hook = signing_checkout
+    assert isinstance(hook, BareCallHook)
+    plain = [(b"X-Settle-Test", b"1")]  # a name not seen before: on_request reads it first
+    assert hook.settle("payment", b"GET", b"/v1/charges/abc", plain) is None
+    info = _outbound_to_payment(runtime, b"GET", b"/v1/charges/abc")
+    info.headers = plain
+    assert hook.on_request(info) is None  # and remembers it as plain
+    lines = [(b"GET", b"/v1/charges/abc"), (b"PUT", b"/v1/charges/abc"), (b"GET", b"/v1/caf\xe9")]
+    for method, path in [*lines, *lines]:
+        settled = hook.settle("payment", method, path, plain)
+        assert settled is not None and settled.hook is hook
+        name, _, token = settled.lines.removesuffix(b"\r\n").partition(b": ")
+        assert name == b"ccb-hop" and b"\r" not in token
+        assert _hop_trusted(node, token, method.decode(), path.decode("latin-1"))
+    trace = [(b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")]
+    assert hook.settle("payment", b"GET", b"/v1/charges/abc", [*plain, *trace]) is None
+    endpoint = Endpoint("payment", "GET", "/v1/charges/abc")
+    chain = (Cause(Endpoint.service_wide("ledger"), "circuit open"), Cause(endpoint, "r"))
+    update = sign(AvailabilityUpdate("payment", endpoint, False, chain, time.time() + 30, 1), b"s")
+    assert node.table.receive(update).verdict is Verdict.ACCEPTED
+    assert hook.settle("payment", b"GET", b"/v1/charges/abc", plain) is None  # refused:
+    rejection = hook.on_request(_outbound_to_payment(runtime, b"GET", b"/v1/charges/abc"))
+    assert rejection is not None and rejection.status == 503  # on_request explains it
 
 
 async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() -> None:
