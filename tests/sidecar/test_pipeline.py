@@ -189,6 +189,28 @@ async def test_bare_calls_are_not_settled_inbound_or_beside_another_hook(
     assert other.heard == [(200, "success")]
 
 
+async def test_a_bare_call_hook_that_settles_nothing_hears_every_call_through_on_request(
+    runtime: SidecarRuntime,
+) -> None:
+    class Plain(BareCallHook):  # the base's `settle` settles none
+        def __init__(self) -> None:
+            self.heard: list[tuple[int, str]] = []
+
+        def on_request(self, info: RequestInfo) -> Rejection | None:
+            return None
+
+        def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
+            self.heard.append((status, outcome))
+
+    hook = Plain()
+    runtime.hooks.add(hook)
+    call = _call(runtime)
+    assert runtime.pipeline.start(call) is None
+    assert call.settled is None and call.info is not None
+    runtime.pipeline.response(call, 200, [])
+    assert hook.heard == [(200, "success")]
+
+
 async def test_a_hook_that_fails_to_settle_is_logged_and_asked_again(
     runtime: SidecarRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:

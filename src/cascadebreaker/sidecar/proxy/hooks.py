@@ -214,14 +214,15 @@ class BareCallHook:
         self, upstream: str, method: bytes, path: bytes, headers: RawHeaders
     ) -> SettledCall | None:
         """Let the call go (what to forward with it) or None: build a `RequestInfo` and run
-        `on_request` (a header to read, a refusal to explain, an alternative to weigh)."""
-        raise NotImplementedError
+        `on_request` (a header to read, a refusal to explain, an alternative to weigh). This
+        base settles none."""
+        return None
 
     def settled_response(
         self, upstream: str, settled: SettledCall, status: int, outcome: str, headers: RawHeaders
     ) -> None:
-        """`on_response` for a settled call; `headers` are the response's (editable)."""
-        raise NotImplementedError
+        """`on_response` for a settled call; `headers` are the response's (editable). A hook
+        that settles calls writes it; this base hears nothing (it settles none)."""
 
 
 class HookChain:
