@@ -583,7 +583,9 @@ class CascadeHook(BareCallHook, RequestHook):
                 if not bare.second <= now < bare.until:
                     self._sign(bare, now)
                 token = bare.token
-                info.add_headers.append((_HOP, bare.token.encode("latin-1")))
+                hop = bare.sent.hop  # the second's header, made once by `_sign`
+                assert hop is not None
+                info.add_headers.append(hop)
             else:
                 base = self._base_paths.get(upstream, "")
                 token = self.learner.hop_token(
