@@ -20,6 +20,7 @@ from cascadebreaker.cascade import (
     SurvivalLedger,
     TraceTable,
     TrickleGate,
+    hop_material,
 )
 
 from .helpers import FakeClock, ep
@@ -265,3 +266,26 @@ def test_a_request_of_an_endpoint_available_again_ends_its_hold(clock: FakeClock
     assert len(gate.held) == 2
     hooks.inbound("GET", "/reports/settlements", None, peer_host=None)
     assert list(gate.held) == [other]
+
+
+def test_the_bare_inbound_path_leaves_held_endpoints_and_their_trickle_to_inbound(
+    clock: FakeClock,
+) -> None:
+    hooks = _learner(clock)
+    health = ep("report GET /health")
+    line = ("GET", "/reports/settlements")
+    material = hop_material(*line, None)
+    token = hooks.trust.issue("gateway", clock.wall(), material)
+    for peer in ("127.0.0.1", "10.0.0.9"):  # no secret: a loopback peer's token only
+        expected = hooks.inbound_hop(*line, token, peer_host=peer).from_sidecar
+        assert hooks.bare_inbound(PAGE, token, material, peer_host=peer) is expected
+        assert expected is (peer == "127.0.0.1")
+    assert hooks.bare_inbound(PAGE, None, "", peer_host=None) is False  # no token at all
+    assert _request(hooks, clock, 200)  # the edge is learned (required)
+    hooks.table.breaker_opened("settlement", 30.0)
+    assert not _request(hooks, clock, 200)  # refused; the hold starts
+    clock.advance(1.0)
+    for endpoint in (PAGE, health):  # something held: `inbound` decides, nothing is taken
+        for _ in range(3):
+            assert hooks.bare_inbound(endpoint, token, material, peer_host=None) is None
+    assert _request(hooks, clock, 200)  # the trickle's turn is still there for `inbound`

@@ -384,6 +384,143 @@ async def test_a_settled_bare_call_carries_a_hop_token_line_for_that_very_call(
     assert rejection is not None and rejection.status == 503  # on_request explains it
 
 
+async def test_a_settled_inbound_call_verifies_its_hop_token_and_hides_it_from_the_app(
+    signing_checkout: tuple[SidecarRuntime, CascadeNode, RequestHook],
+) -> None:
+    # The callee's hook settles a call whose only cascade header is a caller's hop token: the
+    # token must still verify for that very line and peer (or the caller gets no peer claim),
+    # the app must never see it, and anything else to read, refuse or begin is on_request's.
+    caller = signing_checkout[1]
+    config = parse_config(
+        {
+            "service": "payment",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {"ledger": {"url": "http://127.0.0.1:9"}},
+            "cascade": {
+                "secret": "s",
+                "advertise": "10.0.0.2:15002",
+                "templates": {"payment": ["/v1/charges/{id}"]},
+                "edges": [
+                    {"caller": "payment GET /v1/charges/{id}", "callee": "ledger GET /entries"}
+                ],
+            },
+        }
+    )
+    runtime = build_runtime(config)
+    try:
+        hook = runtime.hooks.hooks[0]
+        assert isinstance(hook, BareCallHook)
+        accept = [(b"Accept", b"*/*")]
+        info = RequestInfo(
+            Direction.INBOUND,
+            "payment",
+            "payment",
+            b"GET",
+            b"/v1/a",
+            list(accept),
+            "10.0.0.1",
+            runtime.route_resolver,
+        )
+        assert hook.on_request(info) is None  # a name not seen before: remembered as plain
+
+        def token(method: str, path: str) -> bytes:
+            material = hop_material(method, path, None)
+            return caller.learner.trust.issue("checkout", time.time(), material).encode()
+
+        lines = [
+            (b"GET", b"/v1/charges/abc"),
+            (b"PUT", b"/v1/charges/abc"),
+            (b"GET", b"/v1/caf\xe9"),
+        ]
+        for method, path in [*lines, *lines]:
+            hop = token(method.decode(), path.decode("latin-1"))
+            headers = [*accept, (b"ccb-hop", hop)]
+            received = hook.settle_inbound(method, path, headers, "10.0.0.1")
+            assert received is not None and received.hook is hook
+            assert headers == accept  # the app never sees the token
+            answer: list[tuple[bytes, bytes]] = [(b"Server", b"app")]
+            hook.settled_response("payment", received, 200, "success", answer)
+            [claim] = [v for n, v in answer if n == b"ccb-sidecar-grpc"]  # a verified caller
+            address, _, claim_token = claim.decode().partition(" ")
+            check = caller.learner.trust.check(
+                claim_token,
+                peer_host="10.0.0.2",
+                now=time.time(),
+                material=f"grpc|{address}|{hop.decode()}",
+            )
+            assert address == "10.0.0.2:15002" and check.trusted and check.service == "payment"
+        # A token made for another line (or forged) is no caller's: settled, stripped, no claim.
+        hop = token("GET", "/v1/charges/abc")
+        for method, path, value in [(b"DELETE", b"/v1/charges/abc", hop), (b"GET", b"/x", b"f")]:
+            headers = [(b"CCB-Hop", value)]
+            received = hook.settle_inbound(method, path, headers, "10.0.0.1")
+            assert received is not None and headers == []
+            answer = []
+            hook.settled_response("payment", received, 200, "success", answer)
+            assert answer == []
+        # A trace to follow, a learning header, a second cascade header: on_request's.
+        trace = (b"traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        for extra in [trace, (b"ccb-serving-endpoint", b"GET /a"), (b"ccb-other", b"1")]:
+            headers = [(b"ccb-hop", hop), extra]
+            assert hook.settle_inbound(b"GET", b"/v1/charges/abc", headers, "10.0.0.1") is None
+            assert headers == [(b"ccb-hop", hop), extra]  # left as they came
+        # Our own endpoint unavailable (its required dependency is): on_request refuses it.
+        ledger = Endpoint("ledger", "GET", "/entries")
+        chain = (Cause(ledger, "circuit open"),)
+        update = sign(AvailabilityUpdate("ledger", ledger, False, chain, time.time() + 30, 1), b"s")
+        node = cascade_node(runtime)
+        assert node is not None and node.table.receive(update).verdict is Verdict.ACCEPTED
+        headers = [(b"ccb-hop", hop)]
+        assert hook.settle_inbound(b"GET", b"/v1/charges/abc", headers, "10.0.0.1") is None
+        assert headers == [(b"ccb-hop", hop)]
+        info = RequestInfo(
+            Direction.INBOUND,
+            "payment",
+            "payment",
+            b"GET",
+            b"/v1/charges/abc",
+            headers,
+            "10.0.0.1",
+            runtime.route_resolver,
+        )
+        rejection = hook.on_request(info)
+        assert rejection is not None and rejection.status == 503
+        assert b"ledger" in rejection.to_bytes()
+    finally:
+        runtime.close()
+
+
+async def test_no_inbound_call_is_settled_where_a_trace_would_begin() -> None:
+    # `start_traces`: every request without trace context gets one, which the app must see.
+    config = parse_config(
+        {
+            "service": "payment",
+            "listen": {"inbound": None, "grpc": None},
+            "upstreams": {},
+            "cascade": {"secret": "s", "start_traces": True},
+        }
+    )
+    runtime = build_runtime(config)
+    try:
+        hook = runtime.hooks.hooks[0]
+        assert isinstance(hook, BareCallHook)
+        assert hook.settle_inbound(b"GET", b"/v1/a", [], "10.0.0.1") is None
+        info = RequestInfo(
+            Direction.INBOUND,
+            "payment",
+            "payment",
+            b"GET",
+            b"/v1/a",
+            [],
+            "10.0.0.1",
+            runtime.route_resolver,
+        )
+        assert hook.on_request(info) is None
+        assert [n for n, _ in info.headers] == [b"traceparent"]
+    finally:
+        runtime.close()
+
+
 async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() -> None:
     # The hook remembers raw names that carry nothing for it; a request or response with the
     # cascade's headers among remembered names (any case) is still read and stripped.
@@ -431,7 +568,7 @@ async def test_header_names_remembered_as_plain_never_hide_the_cascades_own() ->
         sent = [*plain, (b"CCB-Serving-Endpoint", b"GET /a"), (b"Ccb-Other", b"1")]
         info = call(Direction.INBOUND, [*sent, (b"TraceParent", trace.encode())])
         assert info.headers == [*plain, (b"TraceParent", trace.encode())]
-        assert info.state[0] == "0af7651916cd43dd8448eb211c80319c"  # the trace began
+        assert info.state.trace_key == "0af7651916cd43dd8448eb211c80319c"  # the trace began
         info.response_headers = [*answer, (b"CCB-Sidecar-Grpc", b"x"), (b"CCB-Refusal", b"y")]
         hook.on_response(info, 200, "success")
         assert info.response_headers == answer

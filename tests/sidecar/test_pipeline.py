@@ -98,11 +98,12 @@ class _Line(SettledCall):
 
 
 class _Settler(BareCallHook):
-    """Settles calls to /x (forwarding a header line), leaves every other one to on_request."""
+    """Settles calls to /x (forwarding a header line; inbound, taking `x-mine` away), leaves
+    every other one to on_request."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
-        self.settled: list[tuple[str, bytes, bytes]] = []
+        self.settled: list[tuple[str, bytes, bytes]] = []  # (upstream or client, method, path)
         self.asked: list[str] = []  # the paths on_request saw
         self.heard: list[tuple[str, int, str, bool]] = []  # (upstream, status, outcome, settled)
 
@@ -114,6 +115,17 @@ class _Settler(BareCallHook):
         if path != b"/x":
             return None
         self.settled.append((upstream, method, path))
+        return _Line(self, path)
+
+    def settle_inbound(
+        self, method: bytes, path: bytes, headers: list[tuple[bytes, bytes]], client: str
+    ) -> SettledCall | None:
+        if self.fail:
+            raise RuntimeError("a bug in the hook")
+        if path != b"/x":
+            return None
+        self.settled.append((client, method, path))
+        headers[:] = [(n, v) for n, v in headers if n != b"x-mine"]
         return _Line(self, path)
 
     def settled_response(
@@ -171,17 +183,40 @@ async def test_a_settled_call_s_every_outcome_reaches_its_hook(runtime: SidecarR
     assert hook.heard == [("payment", 502, "failure", True), ("payment", 503, "rejected", True)]
 
 
-async def test_bare_calls_are_not_settled_inbound_or_beside_another_hook(
+def _inbound(runtime: SidecarRuntime, path: bytes, headers: list[tuple[bytes, bytes]]) -> Call:
+    route = runtime.routes["payment"]  # standing in for the app's route
+    return Call(Direction.INBOUND, route, b"GET", path, headers, "10.0.0.7", False, True)
+
+
+async def test_a_lone_bare_call_hook_settles_inbound_calls_through_settle_inbound(
     runtime: SidecarRuntime,
 ) -> None:
+    hook = _Settler()
+    runtime.hooks.add(hook)
+    pipeline = runtime.pipeline
+    call = _inbound(runtime, b"/x", [(b"x-mine", b"1"), (b"accept", b"*/*")])
+    assert pipeline.start(call) is None
+    assert call.info is None and isinstance(call.settled, _Line)
+    assert call.headers == [(b"accept", b"*/*")]  # the hook took its own header away
+    assert (hook.settled, hook.asked) == ([("10.0.0.7", b"GET", b"/x")], [])
+    assert pipeline.response(call, 200, []) is False
+    assert hook.heard == [("payment", 200, "success", True)]
+    left = _inbound(runtime, b"/y", [(b"x-mine", b"1")])
+    assert pipeline.start(left) is None
+    assert left.info is not None and left.settled is None and hook.asked == ["/y"]
+    assert left.headers == [(b"x-mine", b"1")]
+    pipeline.response(left, 200, [])
+    assert hook.heard[-1] == ("payment", 200, "success", False)
+
+
+async def test_bare_calls_are_not_settled_beside_another_hook(runtime: SidecarRuntime) -> None:
     settler, other = _Settler(), _Hook()
     runtime.hooks.add(settler)
-    inbound = Call(
-        Direction.INBOUND, runtime.routes["payment"], b"GET", b"/x", [], "a", False, True
-    )
-    assert runtime.pipeline.start(inbound) is None
-    assert inbound.info is not None and settler.asked == ["/x"]
     runtime.hooks.add(other)  # two hooks: every one of them sees every call
+    inbound = _inbound(runtime, b"/x", [(b"x-mine", b"1")])
+    assert runtime.pipeline.start(inbound) is None
+    assert inbound.settled is None and inbound.info is not None and settler.asked == ["/x"]
+    assert inbound.headers == [(b"x-mine", b"1")]
     call = _call(runtime)
     assert runtime.pipeline.start(call) is None
     assert call.settled is None and settler.asked == ["/x", "/x"] and settler.settled == []
@@ -204,11 +239,11 @@ async def test_a_bare_call_hook_that_settles_nothing_hears_every_call_through_on
 
     hook = Plain()
     runtime.hooks.add(hook)
-    call = _call(runtime)
-    assert runtime.pipeline.start(call) is None
-    assert call.settled is None and call.info is not None
-    runtime.pipeline.response(call, 200, [])
-    assert hook.heard == [(200, "success")]
+    for call in (_call(runtime), _inbound(runtime, b"/x", [])):
+        assert runtime.pipeline.start(call) is None
+        assert call.settled is None and call.info is not None
+        runtime.pipeline.response(call, 200, [])
+    assert hook.heard == [(200, "success")] * 2
 
 
 async def test_a_hook_that_fails_to_settle_is_logged_and_asked_again(
@@ -220,6 +255,11 @@ async def test_a_hook_that_fails_to_settle_is_logged_and_asked_again(
     assert runtime.pipeline.start(call) is None
     assert call.settled is None and call.info is not None and hook.asked == ["/x"]
     assert "failed to settle a call" in caplog.text
+    # Inbound as well (its log line is rate-limited with the one above: not asked for again).
+    inbound = _inbound(runtime, b"/x", [(b"x-mine", b"1")])
+    assert runtime.pipeline.start(inbound) is None
+    assert inbound.settled is None and inbound.info is not None and hook.asked == ["/x", "/x"]
+    assert inbound.headers == [(b"x-mine", b"1")]
 
 
 async def test_an_open_breaker_refuses(runtime: SidecarRuntime) -> None:
@@ -314,8 +354,9 @@ async def test_a_closed_breaker_admits_without_a_permit_and_counts_every_outcome
     assert breaker.state is State.CLOSED  # 4 in a row, never 5: the success reset the run
     pipeline.cancelled(call())  # given back: ignored
     assert pipeline.response(call(), 500, []) is False  # the fifth in a row
-    assert breaker.state is State.OPEN
-    calls = breaker.snapshot().calls
+    snapshot = breaker.snapshot()  # read afresh: the fifth failure tripped it
+    assert snapshot.state is State.OPEN
+    calls = snapshot.calls
     assert (calls.success, calls.failure, calls.ignored) == (1, 9, 1)
 
 

@@ -153,6 +153,27 @@ class Learner:
         without a header look-up each for the learning headers and the trace context."""
         return self._inbound(method, path, token, None, peer_host)
 
+    def bare_inbound(
+        self, endpoint: Endpoint, token: str | None, material: str, *, peer_host: str | None
+    ) -> bool | None:
+        """`inbound_hop` (or `inbound` of a request with no header it reads: `token` None) for
+        a call line the caller named before: `endpoint` and `material` are what `inbound`
+        would make of it. True or False when nothing but the token is left to decide (whether
+        it verifies); None, with nothing changed, where `inbound` must decide: the endpoint is
+        unavailable (refused, or trickled), a trickle holds some endpoint, or a trace would
+        begin here."""
+        if self.table.check(endpoint) is not None:
+            return None
+        trickle = self.trickle
+        if trickle is not None and trickle.held:
+            return None
+        if self.learn_from_traces and self.new_traceparent is not None:
+            return None
+        if token is None:
+            return False
+        check = self.trust.check(token, peer_host=peer_host, now=self._wall(), material=material)
+        return check.trusted
+
     def _inbound(
         self,
         method: str,

@@ -140,6 +140,37 @@ class _BareCall:
 _MAX_BARE_CALLS: Final = 1024
 
 
+class _Received(SettledCall):
+    """What the hook keeps about one inbound call (`RequestInfo.state`, or the call it
+    settled: that one never has a trace)."""
+
+    __slots__ = ("caller_hop", "sent_hop", "trace_key")
+
+    def __init__(
+        self,
+        hook: CascadeHook,
+        caller_hop: str | None,
+        sent_hop: str,
+        trace_key: str | None = None,
+    ) -> None:
+        super().__init__(hook)
+        self.caller_hop = caller_hop  # the verified caller's hop token: its peer claim binds it
+        self.sent_hop = sent_hop  # the token as sent (or ""): a relayed refusal is sealed to it
+        self.trace_key = trace_key  # the trace the app's calls are attributed to, to end
+
+
+class _InboundLine:
+    """An inbound call line seen before: the endpoint it serves and what its hop token binds."""
+
+    __slots__ = ("endpoint", "material", "raw_method", "raw_path")
+
+    def __init__(self, endpoint: Endpoint, material: str, method: bytes, path: bytes) -> None:
+        self.endpoint = endpoint
+        self.material = material  # hop_material of the line, with no learning header
+        self.raw_method = method  # the line as the wire spelled it, compared as bytes
+        self.raw_path = path
+
+
 class CascadeRejection(Rejection):
     """A 503 for an unavailable endpoint (the contract's body, reasonCode `cascade`): the cause
     chain in `ccb-cause` and in the body."""
@@ -362,6 +393,10 @@ class CascadeHook(BareCallHook, RequestHook):
         # The last one used: an app calls the same line again and again, and comparing it
         # costs less than hashing the request's fresh method and path strings for the memo.
         self._last_bare: _BareCall | None = None
+        # The same for inbound call lines: (method, path) -> _InboundLine, and the last one.
+        self._lines: dict[tuple[str, str], _InboundLine] = {}
+        self._lines_version = self.templates.version
+        self._last_line: _InboundLine | None = None
 
     def settle(
         self, upstream: str, method: bytes, path: bytes, headers: RawHeaders
@@ -404,12 +439,21 @@ class CascadeHook(BareCallHook, RequestHook):
     def settled_response(
         self, upstream: str, settled: SettledCall, status: int, outcome: str, headers: RawHeaders
     ) -> None:
-        """The outcome of a call `settle` let go."""
+        """The outcome of a call `settle` or `settle_inbound` let go."""
+        if isinstance(settled, _Received):
+            self._inbound_done(settled, status, outcome, headers)
+            return
         self._outbound_done(upstream, cast(_Sent, settled), outcome, headers)
 
     def on_request(self, info: RequestInfo) -> Rejection | None:
         """Refuse, learn, strip or add headers, reroute."""
         if info.direction is _INBOUND:
+            received = self.settle_inbound(
+                info.raw_method, info.raw_path, info.headers, info.client
+            )
+            if received is not None:
+                info.state = received
+                return None
             return self._inbound(info)
         headers = info.headers
         sent = self.settle(info.target, info.raw_method, info.raw_path, headers)
@@ -423,24 +467,9 @@ class CascadeHook(BareCallHook, RequestHook):
     def on_response(self, info: RequestInfo, status: int, outcome: str) -> None:
         """End the trace of an inbound request; discover the sidecar behind an upstream."""
         if info.direction is _INBOUND:
-            state = info.state
-            if state is None:
-                return
-            trace_key, caller_hop, sent_hop = state
-            if trace_key is not None:  # no trace: nothing to end, no evidence to weigh
-                succeeded = outcome != "failure" and status < 600 and self.node.success[status]
-                self.node.send(self.learner.inbound_done(trace_key, succeeded))
-            # Only we name our address and mark refusals: one pass takes both from the app's.
-            if not _plain_response(info.response_headers):
-                _learn_plain_response(info.response_headers)
-                taken = _take(info.response_headers, _OURS)
-                refusals = [v for n, v in taken if n == REFUSAL_HEADER]
-                if refusals and status == 503:
-                    self._reseal_relayed_refusal(info, refusals[0], sent_hop)
-            if caller_hop is not None and outcome != "rejected":
-                claim = self.node.peer_claim(caller_hop)
-                if claim is not None:
-                    info.response_headers.append((_GRPC, claim))
+            received: _Received | None = info.state
+            if received is not None:
+                self._inbound_done(received, status, outcome, info.response_headers)
             return
         sent: _Sent | None = info.state
         if sent is not None:
@@ -473,15 +502,94 @@ class CascadeHook(BareCallHook, RequestHook):
                     self.node.peer_claimed(upstream, claims[0], sent.token)
                 return
 
-    def _reseal_relayed_refusal(self, info: RequestInfo, value: bytes, sent_hop: str) -> None:
+    def _reseal_relayed_refusal(self, headers: RawHeaders, value: bytes, sent_hop: str) -> None:
         """The app relays a refusal: only one our outbound gave it passes, sealed for the
         caller (`refusals.py`); any other `ccb-refusal` from the app stays dropped."""
         code = open_seal(self.runtime.refusal_key, value)
         if code is not None:
             mark = seal(self.node.secret, code, sent_hop)
-            info.response_headers.append((REFUSAL_HEADER, mark))
+            headers.append((REFUSAL_HEADER, mark))
 
     # -- inbound ----------------------------------------------------------------------------
+
+    def settle_inbound(
+        self, method: bytes, path: bytes, headers: RawHeaders, client: str
+    ) -> _Received | None:
+        """The bare inbound call: no header the cascade reads but a caller's hop token, its
+        line named before, its endpoint available, no trace to begin (`Learner.bare_inbound`).
+        The rest (learning headers, trace context, a refusal, no learning) is `_inbound`'s."""
+        if not self.learning:
+            return None
+        token: str | None = None
+        at = -1
+        plain = _PLAIN_REQUEST
+        for index, (name, value) in enumerate(headers):
+            if COMPILED and not may_be_read(name):  # settled by its bytes: no hashing
+                continue
+            if name in plain:
+                continue
+            if token is None and (name == _HOP or name.lower() == _HOP):
+                token = value.decode("latin-1")
+                at = index
+                continue
+            return None  # a header to read (or one not seen before): `_inbound` reads it
+        line = self._last_line
+        if (
+            line is None
+            or line.raw_path != path
+            or line.raw_method != method
+            or self._lines_version != self.templates.version
+        ):
+            line = self._inbound_line(method, path)
+            self._last_line = line
+        from_sidecar = self.learner.bare_inbound(
+            line.endpoint, token, line.material, peer_host=client
+        )
+        if from_sidecar is None:
+            return None
+        if at >= 0:  # the only `ccb-*` header: the app never sees it
+            del headers[at]
+        sent_hop = token or ""
+        return _Received(self, sent_hop if from_sidecar and self._signs_hops else None, sent_hop)
+
+    def _inbound_line(self, method: bytes, path: bytes) -> _InboundLine:
+        """The memo of an inbound call line (named on first sight)."""
+        memo = self._lines
+        if self._lines_version != self.templates.version:  # a template was added: rename
+            memo.clear()
+            self._lines_version = self.templates.version
+        text_method, text_path = method.decode(), path.decode("latin-1")
+        key = (text_method, text_path)
+        line = memo.get(key)
+        if line is None:
+            endpoint = self.templates.endpoint(self.learner.service, text_method, text_path)
+            material = hop_material(text_method, text_path, None)
+            line = _InboundLine(endpoint, material, method, path)
+            if len(memo) >= _MAX_BARE_CALLS:
+                memo.clear()  # cheap bound; refills with the hot call lines
+            memo[key] = line
+        return line
+
+    def _inbound_done(
+        self, received: _Received, status: int, outcome: str, headers: RawHeaders
+    ) -> None:
+        """End the call's trace; keep our headers ours; name our address to a verified caller."""
+        trace_key = received.trace_key
+        if trace_key is not None:  # no trace: nothing to end, no evidence to weigh
+            succeeded = outcome != "failure" and status < 600 and self.node.success[status]
+            self.node.send(self.learner.inbound_done(trace_key, succeeded))
+        # Only we name our address and mark refusals: one pass takes both from the app's.
+        if not _plain_response(headers):
+            _learn_plain_response(headers)
+            taken = _take(headers, _OURS)
+            refusals = [v for n, v in taken if n == REFUSAL_HEADER]
+            if refusals and status == 503:
+                self._reseal_relayed_refusal(headers, refusals[0], received.sent_hop)
+        caller_hop = received.caller_hop
+        if caller_hop is not None and outcome != "rejected":
+            claim = self.node.peer_claim(caller_hop)
+            if claim is not None:
+                headers.append((_GRPC, claim))
 
     def _inbound(self, info: RequestInfo) -> Rejection | None:
         headers = info.headers
@@ -518,7 +626,7 @@ class CascadeHook(BareCallHook, RequestHook):
         if not plain:
             _strip_cascade_headers(headers)
         caller_hop = sent_hop if from_sidecar and self._signs_hops else None
-        info.state = (trace_key, caller_hop, sent_hop)
+        info.state = _Received(self, caller_hop, sent_hop, trace_key)
         return None
 
     def _hop_trusted(self, info: RequestInfo, get: Any, token: str) -> bool:

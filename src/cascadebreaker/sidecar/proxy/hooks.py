@@ -3,7 +3,7 @@
 The cascade plugs in here: it sees which endpoint a request serves (or targets), may add headers
 to the forwarded request, may refuse it with a `Rejection` (503 + JSON), and hears the outcome.
 With no hook registered the proxy builds no `RequestInfo` at all (the hot path stays lean); a
-lone `BareCallHook` settles most outbound calls without one (`BareCallHook.settle`).
+lone `BareCallHook` settles most calls without one (`BareCallHook.settle`, `settle_inbound`).
 """
 
 from __future__ import annotations
@@ -189,9 +189,9 @@ class RequestHook(Protocol):
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class SettledCall:
-    """An outbound call a `BareCallHook` settled without a `RequestInfo`: the header lines to
-    forward with it (ready bytes, `name: value\r\n` each) and the hook that hears its outcome.
-    Hooks subclass it to keep their own state for the call."""
+    """A call a `BareCallHook` settled without a `RequestInfo`: the header lines to forward
+    with it (ready bytes, `name: value\r\n` each) and the hook that hears its outcome. Hooks
+    subclass it to keep their own state for the call."""
 
     __slots__ = ("hook", "lines")
 
@@ -203,19 +203,28 @@ class SettledCall:
 @mypyc_attr(allow_interpreted_subclasses=True)
 class BareCallHook:
     """A `RequestHook` (a subclass writes `on_request` and `on_response` too) that settles the
-    common outbound call from what it remembers of the call line, with no `RequestInfo` built
-    and no hook chain run: when it is the only hook registered the pipeline asks `settle`
-    first, and `on_request` only for the calls it leaves (most meshes' calls carry nothing for
-    a hook to read, refuse or reroute). A settled call's outcome goes to `settled_response`,
-    never to `on_response`. Hooks written in Python may subclass it (and `SettledCall`), also
-    when the sidecar runs compiled."""
+    common call from what it remembers of the call line, with no `RequestInfo` built and no
+    hook chain run: when it is the only hook registered the pipeline asks `settle` (outbound)
+    or `settle_inbound` first, and `on_request` only for the calls it leaves (most meshes'
+    calls carry nothing for a hook to read, refuse or reroute). A settled call's outcome goes
+    to `settled_response`, never to `on_response`. Hooks written in Python may subclass it
+    (and `SettledCall`), also when the sidecar runs compiled."""
 
     def settle(
         self, upstream: str, method: bytes, path: bytes, headers: RawHeaders
     ) -> SettledCall | None:
-        """Let the call go (what to forward with it) or None: build a `RequestInfo` and run
-        `on_request` (a header to read, a refusal to explain, an alternative to weigh). This
-        base settles none."""
+        """Let the outbound call go (what to forward with it) or None: build a `RequestInfo`
+        and run `on_request` (a header to read, a refusal to explain, an alternative to
+        weigh). This base settles none."""
+        return None
+
+    def settle_inbound(
+        self, method: bytes, path: bytes, headers: RawHeaders, client: str
+    ) -> SettledCall | None:
+        """`settle` for a call reaching the local app from `client` (the peer's address). It
+        may remove headers from `headers` in place (they are forwarded to the app), but only
+        when it settles the call: None leaves them as they came, for `on_request`. This base
+        settles none."""
         return None
 
     def settled_response(
@@ -268,6 +277,16 @@ class HookChain:
         """`hook.settle`; one that raises settles nothing (`on_request` runs instead)."""
         try:
             return hook.settle(upstream, method, path, headers)
+        except Exception:
+            _hook_errors("request hook %r failed to settle a call", hook, exc_info=True)
+            return None
+
+    def settle_inbound(
+        self, hook: BareCallHook, method: bytes, path: bytes, headers: RawHeaders, client: str
+    ) -> SettledCall | None:
+        """`hook.settle_inbound`; one that raises settles nothing (`on_request` runs instead)."""
+        try:
+            return hook.settle_inbound(method, path, headers, client)
         except Exception:
             _hook_errors("request hook %r failed to settle a call", hook, exc_info=True)
             return None

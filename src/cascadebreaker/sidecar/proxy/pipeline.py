@@ -209,12 +209,18 @@ class CallPipeline:
         registered = hooks.hooks  # the list: `HookChain.__bool__` is a Python call per request
         if registered:
             settled = None
-            if len(registered) == 1 and call.direction is _OUTBOUND:
+            if len(registered) == 1:
                 hook = registered[0]
                 if isinstance(hook, BareCallHook):
-                    settled = call.settled = hooks.settle(
-                        hook, call.route.name, call.method, call.path, call.headers
-                    )
+                    if call.direction is _OUTBOUND:
+                        settled = hooks.settle(
+                            hook, call.route.name, call.method, call.path, call.headers
+                        )
+                    else:
+                        settled = hooks.settle_inbound(
+                            hook, call.method, call.path, call.headers, call.client
+                        )
+                    call.settled = settled
             if settled is None:  # every hook's `on_request`, with a `RequestInfo`
                 runtime = self.runtime
                 info = call.info = RequestInfo(
