@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.sidecar import mypyc_trial, pgo
-from bench.sidecar.pgo import render
+from bench.sidecar.pgo import in_turn, render
 
 
 def test_each_build_is_a_row_of_medians_over_rounds() -> None:
@@ -152,3 +152,9 @@ def test_the_tree_the_benchmark_measures_is_unpacked_from_that_wheel(
 def _cflags(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as archive:
         return archive.comment.decode()
+
+
+def test_each_tree_is_measured_first_in_turn_over_the_rounds() -> None:
+    orders = [in_turn(["a", "b", "c"], r) for r in range(4)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert in_turn(["only"], 5) == ["only"]
