@@ -384,6 +384,22 @@ async def test_a_settled_bare_call_carries_a_hop_token_line_for_that_very_call(
     assert rejection is not None and rejection.status == 503  # on_request explains it
 
 
+def _inbound_to_payment(
+    runtime: SidecarRuntime, path: bytes, headers: list[tuple[bytes, bytes]]
+) -> RequestInfo:
+    """A GET reaching payment's app from a caller at 10.0.0.1, as the inbound listener makes it."""
+    return RequestInfo(
+        Direction.INBOUND,
+        "payment",
+        "payment",
+        b"GET",
+        path,
+        headers,
+        "10.0.0.1",
+        runtime.route_resolver,
+    )
+
+
 async def test_a_settled_inbound_call_verifies_its_hop_token_and_hides_it_from_the_app(
     signing_checkout: tuple[SidecarRuntime, CascadeNode, RequestHook],
 ) -> None:
@@ -411,16 +427,7 @@ async def test_a_settled_inbound_call_verifies_its_hop_token_and_hides_it_from_t
         hook = runtime.hooks.hooks[0]
         assert isinstance(hook, BareCallHook)
         accept = [(b"Accept", b"*/*")]
-        info = RequestInfo(
-            Direction.INBOUND,
-            "payment",
-            "payment",
-            b"GET",
-            b"/v1/a",
-            list(accept),
-            "10.0.0.1",
-            runtime.route_resolver,
-        )
+        info = _inbound_to_payment(runtime, b"/v1/a", list(accept))
         assert hook.on_request(info) is None  # a name not seen before: remembered as plain
 
         def token(method: str, path: str) -> bytes:
@@ -473,16 +480,7 @@ async def test_a_settled_inbound_call_verifies_its_hop_token_and_hides_it_from_t
         headers = [(b"ccb-hop", hop)]
         assert hook.settle_inbound(b"GET", b"/v1/charges/abc", headers, "10.0.0.1") is None
         assert headers == [(b"ccb-hop", hop)]
-        info = RequestInfo(
-            Direction.INBOUND,
-            "payment",
-            "payment",
-            b"GET",
-            b"/v1/charges/abc",
-            headers,
-            "10.0.0.1",
-            runtime.route_resolver,
-        )
+        info = _inbound_to_payment(runtime, b"/v1/charges/abc", headers)
         rejection = hook.on_request(info)
         assert rejection is not None and rejection.status == 503
         assert b"ledger" in rejection.to_bytes()
@@ -505,16 +503,7 @@ async def test_no_inbound_call_is_settled_where_a_trace_would_begin() -> None:
         hook = runtime.hooks.hooks[0]
         assert isinstance(hook, BareCallHook)
         assert hook.settle_inbound(b"GET", b"/v1/a", [], "10.0.0.1") is None
-        info = RequestInfo(
-            Direction.INBOUND,
-            "payment",
-            "payment",
-            b"GET",
-            b"/v1/a",
-            [],
-            "10.0.0.1",
-            runtime.route_resolver,
-        )
+        info = _inbound_to_payment(runtime, b"/v1/a", [])
         assert hook.on_request(info) is None
         assert [n for n, _ in info.headers] == [b"traceparent"]
     finally:
