@@ -1,5 +1,6 @@
 """The pool's stall check over real sockets: it fails stalled exchanges, spares idle and
-answered ones, sleeps when nothing is busy, and keeps watching exchanges started meanwhile."""
+answered ones, sleeps when nothing is busy, keeps watching exchanges started meanwhile, and
+wakes for the earliest deadline, not periodically."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from cascadebreaker.sidecar.upstream import (
     UpstreamTarget,
     UpstreamTimeout,
 )
+from cascadebreaker.sidecar.upstream.connection import NO_DEADLINE
 
 HEAD = b"GET / HTTP/1.1\r\nhost: up\r\n\r\n"
 TIMEOUT = 0.2
@@ -47,18 +49,19 @@ class _Sink:
 
 @pytest.fixture
 async def silent_upstream() -> AsyncIterator[tuple[str, asyncio.Queue[asyncio.StreamWriter]]]:
-    """An upstream that never answers by itself: the writers of the connections that sent a
-    request head are queued, for a test to answer on."""
+    """An upstream that never answers by itself: a connection's writer is queued for each
+    request head it sent, for a test to answer on."""
     writers: list[asyncio.StreamWriter] = []
     requested: asyncio.Queue[asyncio.StreamWriter] = asyncio.Queue()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writers.append(writer)
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return
-        requested.put_nowait(writer)
+        while True:  # each request head on the connection queues its writer again
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            requested.put_nowait(writer)
 
     server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -139,5 +142,74 @@ async def test_a_connection_without_an_exchange_is_not_busy() -> None:
         UpstreamTarget.from_url("up", "http://127.0.0.1:1"), asyncio.get_running_loop()
     )
     conn = UpstreamConnection(pool)
-    assert conn.check_timeout(asyncio.get_running_loop().time()) is False  # no exchange
+    assert conn.check_timeout(asyncio.get_running_loop().time()) == NO_DEADLINE  # none
+    pool.close()
+
+
+async def test_the_check_is_armed_for_the_deadline_not_the_resolution(
+    silent_upstream: tuple[str, asyncio.Queue[asyncio.StreamWriter]],
+) -> None:
+    pool = _pool(silent_upstream[0])
+    conn = await pool.connect()
+    loop = asyncio.get_running_loop()
+    sent_at = loop.time()
+    conn.send(HEAD, _Sink(), timeout=TIMEOUT)
+    handle = pool.watch.handle
+    assert handle is not None
+    assert handle.when() >= sent_at + TIMEOUT - 0.002  # not `resolution` (0.01 s) from now
+    assert pool.watch.due == handle.when()
+    pool.close()
+    assert pool.watch.due == NO_DEADLINE
+
+
+async def test_steady_traffic_wakes_the_check_once_per_timeout_at_most(
+    silent_upstream: tuple[str, asyncio.Queue[asyncio.StreamWriter]],
+) -> None:
+    """Answered exchanges back to back for three timeouts: a check per deadline (each one
+    finds the busy exchange's later deadline and arms for it), not one per `resolution`."""
+    url, requested = silent_upstream
+    pool = _pool(url)
+    first = await pool.connect()
+    pool.release(first)
+    loop = asyncio.get_running_loop()
+    checks: list[asyncio.TimerHandle] = []  # each check the watch arms is a new handle
+    started = loop.time()
+    exchanges = 0
+    while loop.time() - started < 3 * TIMEOUT:
+        conn = pool.acquire_nowait()
+        assert conn is first  # kept alive: never failed by a check
+        sink = _Sink()
+        conn.send(HEAD, sink, timeout=TIMEOUT)
+        writer = await asyncio.wait_for(requested.get(), 5)
+        await asyncio.sleep(0.002)  # the exchange stays busy across some loop iterations
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        assert await asyncio.wait_for(sink.done, 5) is None
+        exchanges += 1
+        handle = pool.watch.handle
+        if handle is not None and all(handle is not h for h in checks):
+            checks.append(handle)
+    elapsed = loop.time() - started
+    assert exchanges > 10 and not first.closed
+    # A periodic check would have armed elapsed / resolution (60+) of them.
+    assert pool.watch.resolution < TIMEOUT / 10
+    assert len(checks) <= elapsed / TIMEOUT + 2, (len(checks), elapsed)
+    pool.close()
+
+
+async def test_a_shorter_timeout_than_the_armed_check_is_not_missed(
+    silent_upstream: tuple[str, asyncio.Queue[asyncio.StreamWriter]],
+) -> None:
+    """An exchange with a long timeout arms the check far ahead; one started later with a
+    short timeout must still fail on time (it arms the check earlier)."""
+    pool = _pool(silent_upstream[0])
+    long_wait = await pool.connect()
+    short_wait = await pool.connect()
+    long_wait.send(HEAD, _Sink(), timeout=30.0)
+    assert pool.watch.handle is not None
+    sink = _Sink()
+    short_wait.send(HEAD, sink, timeout=TIMEOUT)
+    error = await asyncio.wait_for(sink.done, 5)  # 30 s if the far check were kept
+    assert isinstance(error, UpstreamTimeout)
+    assert short_wait.closed and not long_wait.closed
+    assert pool.watch.handle is not None  # still watching the long one
     pool.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, Protocol, cast
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
 log: Final = logging.getLogger("cascadebreaker.sidecar")
+# No exchange in progress: nothing for the pool's stall check to be due for.
+NO_DEADLINE: Final = math.inf
 # An upstream may trigger a bug at will: its log is rate-limited.
 _internal_errors: Final = RateLimitedLog(log, logging.ERROR)
 
@@ -318,10 +321,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._bytes_seen = False
         self._head_request = head_request
         self._timeout = timeout
-        self._last_activity = self._now()
+        now = self._now()
+        self._last_activity = now
         watch = self._watch  # it checks every connection of the pool with a sink
-        if watch.handle is None:
-            watch.arm()
+        if now + timeout < watch.due:  # none armed, or this one may be due first
+            watch.arm(now + timeout)
         if body:
             self.transport.writelines((head, body))
         else:
@@ -371,21 +375,23 @@ class UpstreamConnection(asyncio.Protocol):
         self._abandon()
 
     # -- internals --------------------------------------------------------------------------
-    def check_timeout(self, now: float) -> bool:
+    def check_timeout(self, now: float) -> float:
         """Called by the pool's watch: fail the exchange if the upstream stalled too long.
 
-        True while an exchange is still in progress afterwards (the watch keeps checking).
+        The exchange's deadline (loop time) while it is still in progress afterwards, else
+        `NO_DEADLINE` (the watch checks again by the earliest deadline of the pool's).
         """
         if self._sink is None:
-            return False
+            return NO_DEADLINE
         if self._reading_paused or (
             not self._request_complete and not self._write_blocked and not self._head_seen
         ):
             # The client is slow reading the response or sending the body: not the upstream.
             self._last_activity = now
-            return True
-        if now - self._last_activity < self._timeout:
-            return True
+            return now + self._timeout
+        deadline = self._last_activity + self._timeout
+        if now < deadline:
+            return deadline
         what = "response body stalled" if self._head_seen else "no response"
         self._fail(
             UpstreamTimeout(
@@ -394,7 +400,7 @@ class UpstreamConnection(asyncio.Protocol):
                 response_started=self._bytes_seen,
             )
         )
-        return False
+        return NO_DEADLINE
 
     def _complete(self) -> None:
         sink = self._sink
