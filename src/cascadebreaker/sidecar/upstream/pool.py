@@ -40,8 +40,8 @@ class TimeoutWatch:
         self.due = NO_DEADLINE  # the loop time the armed check runs at (none armed: inf)
 
     def arm(self, deadline: float) -> None:
-        """Check no later than `deadline` (loop time), or `resolution` from now if sooner:
-        an exchange starts that may be due before the check armed (`due`)."""
+        """Check at `deadline` (loop time), or `resolution` from now if that is later: an
+        exchange starts that may be due before the check armed (`due`), or a check found one."""
         if self.handle is not None:
             self.handle.cancel()
         self.due = max(deadline, self.loop.time() + self.resolution)
