@@ -438,3 +438,49 @@ async def test_a_websocket_handshake_needs_http11() -> None:
     recorder, _ = _read(b"GET /ws HTTP/1.0\r\nhost: a\r\n" + handshake)
     [(request, _)] = recorder.requests
     assert request.http10 and request.upgrade == b""
+
+
+_SPECIAL_REQUESTS = [
+    b"POST /a HTTP/1.1\r\nhost: one\r\ncontent-length: 3\r\n\r\nabc",
+    b"POST /b HTTP/1.1\r\nhost: two\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    b"POST /c HTTP/1.1\r\nhost: three\r\nexpect: 100-continue\r\ncontent-length: 1\r\n\r\nz",
+    b"GET /d HTTP/1.1\r\nconnection: x-hop\r\nx-hop: 1\r\nx-end: 2\r\n\r\n",
+    b"GET /e HTTP/1.1\r\nhost: five\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\n",
+    b"GET /f HTTP/1.1\r\nupgrade: websocket\r\n\r\n",  # not asked for: no Connection token
+    b"POST /g HTTP/1.1\r\nconnection: upgrade\r\ncontent-length: 1\r\n\r\nq",  # no Upgrade
+]
+_PLAIN = b"GET /plain HTTP/1.1\r\nx-end: 1\r\n\r\n"
+
+
+def _fields(request: RequestHead) -> tuple[object, ...]:
+    return (
+        request.target,
+        request.chunked,
+        request.content_length,
+        request.expect_continue,
+        request.host,
+        request.upgrade,
+        request.http10,
+        request.keep_alive,
+        request.headers,
+    )
+
+
+@pytest.mark.parametrize("first", _SPECIAL_REQUESTS)
+async def test_special_headers_never_carry_over_to_the_next_request(first: bytes) -> None:
+    """A request with framing, Expect, Connection or Upgrade headers, then each other such
+    request, then a plain one, on one connection (all at once, then byte by byte): each is read
+    as it would be alone; the plain one has no body, no Host, no Expect, keeps its headers,
+    and is kept alive as HTTP/1.1."""
+    alone = {data: _fields(_read(data)[0].requests[0][0]) for data in _SPECIAL_REQUESTS}
+    for second in _SPECIAL_REQUESTS:
+        data = first + second + _PLAIN
+        for pieces in ((), tuple(range(1, len(data)))):
+            recorder, _ = _read(data, *pieces)
+            got = [request for request, _ in recorder.requests]
+            assert [_fields(r) for r in got[:2]] == [alone[first], alone[second]]
+            plain = got[2]
+            assert _fields(plain) == (
+                b"/plain", False, None, False, b"", b"", False, True, [(b"x-end", b"1")]
+            )
+            assert b"".join(recorder.requests[2][1]) == b""

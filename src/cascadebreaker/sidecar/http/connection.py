@@ -428,7 +428,8 @@ class ServerConnection(RequestReader, asyncio.Protocol):
         offset = int(exc.args[0]) if exc.args else len(data)
         rest = data[offset:]
         request = self._request
-        if request is not None and request.upgrade and self._active is not None:
+        self._request = None
+        if request is not None and self._active is not None:
             self._held = rest
             self.pause_reading(_UPGRADING)
         elif rest and not self.closed:

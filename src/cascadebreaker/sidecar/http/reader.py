@@ -67,9 +67,14 @@ class RequestReader:
         self._headers: RawHeaders = []
         self._head_bytes = 0
         self._in_head = False
+        # A WebSocket handshake's head, until the parser stops at its upgrade.
         self._request: RequestHead | None = None
         self._header_count = 0
         self._host = b""
+        # A header other than Host that the head's framing or version depends on was read:
+        # the fields below are set. Most requests have none, and one flag read is all they
+        # cost (their path touches less code and data).
+        self._special = False
         self._lengths: list[bytes] | None = None  # every Content-Length value received
         self._encodings: list[bytes] | None = None  # every Transfer-Encoding value received
         self._expect = False
@@ -96,15 +101,17 @@ class RequestReader:
         self._header_count = 0
         self._in_head = True
         self._head_started = self._now()
-        self._request = None
         self._host = b""
-        self._lengths = None
-        self._encodings = None
-        self._expect = False
-        self._upgrade = None
-        self._version_unsure = False
-        if self._connection:
-            self._connection = []
+        if self._special:
+            self._special = False
+            self._request = None
+            self._lengths = None
+            self._encodings = None
+            self._expect = False
+            self._upgrade = None
+            self._version_unsure = False
+            if self._connection:
+                self._connection = []
 
     def on_url(self, url: bytes) -> None:
         """Part of the request target."""
@@ -133,6 +140,7 @@ class RequestReader:
             self._special_header(kind, value)
 
     def _special_header(self, kind: int, value: bytes) -> None:
+        self._special = True
         if kind == CONTENT_LENGTH:
             if self._lengths is None:
                 self._lengths = [value]
@@ -161,34 +169,37 @@ class RequestReader:
         if request.method == b"CONNECT":
             raise BadRequest("CONNECT is not supported", 405)
         keep_alive = self._should_keep_alive()
-        if keep_alive and not self._version_unsure:
-            # llhttp keeps a request's connection without a (Proxy-)Connection keep-alive token
-            # only for HTTP/1.1 (the one version with major and minor above 0 it accepts), so
-            # the version, costly to ask for (a str is formatted), is known.
-            http10 = False
-        else:
+        request.host = self._host
+        request.client = self.client
+        # llhttp keeps a request's connection without a (Proxy-)Connection keep-alive token
+        # only for HTTP/1.1 (the one version with major and minor above 0 it accepts): such a
+        # request, with no framing header, is HTTP/1.1 with no body (RequestHead's defaults).
+        if self._special or not keep_alive:
+            self._special_head(request, keep_alive)
+        request.keep_alive = keep_alive and not self.tracker.draining
+        self._head_received(request)
+
+    def _special_head(self, request: RequestHead, keep_alive: bool) -> None:
+        """The version (costly to ask for: a str is formatted), framing and the other special
+        headers of a request that has some, or that closes its connection."""
+        if not keep_alive or self._version_unsure:
             version = self._parser.get_http_version()
             if version != "1.1" and version != "1.0":
                 raise BadRequest(f"unsupported HTTP version {version}")
-            http10 = version == "1.0"
+            request.http10 = version == "1.0"
         upgrade = self._upgrade is not None and upgrade_requested(self._connection, self._upgrade)
         if self._lengths is not None or self._encodings is not None:
             length = request_framing(self._lengths, self._encodings, upgrade)
             request.chunked = length == CHUNKED
             request.content_length = None if request.chunked else length
-        request.host = self._host
         request.expect_continue = self._expect
         if self._connection:
             request.headers = drop_connection_tokens(request.headers, self._connection)
-        request.keep_alive = keep_alive and not self.tracker.draining
-        request.http10 = http10
-        request.client = self.client
         if upgrade and not request.http10 and b"websocket" in (self._upgrade or b"").lower():
             # A WebSocket handshake: its Upgrade header is forwarded, and a 101 answer turns
             # the connection into a tunnel. Other protocols are not spoken: HTTP/1.1 goes on.
             request.upgrade = self._upgrade or b""
-        self._request = request
-        self._head_received(request)
+            self._request = request
 
     def on_body(self, body: bytes) -> None:
         """Request body bytes (de-chunked)."""
