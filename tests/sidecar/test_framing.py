@@ -481,6 +481,14 @@ async def test_special_headers_never_carry_over_to_the_next_request(first: bytes
             assert [_fields(r) for r in got[:2]] == [alone[first], alone[second]]
             plain = got[2]
             assert _fields(plain) == (
-                b"/plain", False, None, False, b"", b"", False, True, [(b"x-end", b"1")]
+                b"/plain",
+                False,
+                None,
+                False,
+                b"",
+                b"",
+                False,
+                True,
+                [(b"x-end", b"1")],
             )
             assert b"".join(recorder.requests[2][1]) == b""
