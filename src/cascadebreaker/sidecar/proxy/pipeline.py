@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from cascadebreaker.sidecar.http.wire import RawHeaders
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
+    from cascadebreaker.stores.base import BreakerSlot
 
 
 _C = TypeVar("_C")
@@ -118,9 +119,12 @@ class CallState:
     info: RequestInfo | None  # built only when hooks are registered and none settled the call
     settled: SettledCall | None  # what a lone `BareCallHook` settled the call with
     # An admission is held either as `admitted` (a closed breaker's lock-free path: the round,
-    # with `breaker`; 0: none) or as a `permit` (every other path); never both.
+    # with `breaker` and its `slot`; 0: none) or as a `permit` (every other path); never both.
     admitted: int
     breaker: CircuitBreaker | None
+    # The breaker's slot, kept with the round: compiled, a read of the breaker's `_slot` is a
+    # generic attribute look-up through its instance dict, and `_record` needs the slot.
+    slot: BreakerSlot | None
     permit: Permit | None
     attempt: int
     turn: int  # where round robin over the route's instances started this call
@@ -148,6 +152,7 @@ CALL_SLOTS = (
     "resendable",
     "route",
     "settled",
+    "slot",
     "started_at",
     "turn",
 )
@@ -181,6 +186,7 @@ class Call(CallState):
         self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
+        self.slot: BreakerSlot | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0
@@ -256,14 +262,20 @@ class CallPipeline:
         breaker = route.breaker
         if breaker is None:
             return None
-        if route.endpoints is not None:
-            breaker = route.endpoints.breaker_for(call.method, call.path)
+        endpoints = route.endpoints
+        if endpoints is None:
+            slot = route.slot  # the route's breaker's, found once
+        else:
+            breaker = endpoints.breaker_for(call.method, call.path)
+            slot = breaker._slot
+        assert slot is not None
         # `CircuitBreaker.acquire`'s closed path, inlined without its Permit (as the breaker's
         # own `call` does): the round is all a success needs (`_record`). No store, shared or
         # not, is asked on this path; a Redis slot counts these successes for the fleet.
-        round_ = breaker._slot.fast
+        round_ = slot.fast
         if round_ is not None:
             call.breaker = breaker
+            call.slot = slot
             call.admitted = round_
             return None
         if route.shared_store and breaker.state is not State.CLOSED:
@@ -436,8 +448,8 @@ class CallPipeline:
         if round_:
             call.admitted = 0
             breaker = call.breaker
-            assert breaker is not None
-            slot = breaker._slot
+            slot = call.slot
+            assert breaker is not None and slot is not None
             if success and not slot.dirty and slot.fast == round_:
                 slot.successes += 1  # `Permit.success`'s lock-free path, inlined
                 return

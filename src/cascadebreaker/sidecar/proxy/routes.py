@@ -13,6 +13,7 @@ from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
     from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
+    from cascadebreaker.stores.base import BreakerSlot
 
 
 class RetryBudget:
@@ -60,6 +61,7 @@ class Route:
         "retry_attempts",
         "retry_statuses",
         "shared_store",
+        "slot",
         "stats",
         "target",
         "timeout",
@@ -81,6 +83,9 @@ class Route:
         self._turn = 0
         self.target = pool.target
         self.breaker = breaker
+        # Its slot, read by the pipeline for every call (compiled, `breaker._slot` is a generic
+        # look-up through the breaker's instance dict; a breaker keeps its slot for life).
+        self.slot: BreakerSlot | None = None if breaker is None else breaker._slot
         # Per-endpoint breakers (`breaker.scope: endpoint`), else None: `breaker` guards all.
         self.endpoints: EndpointBreakers | None = None
         self.failure_table = failure_table
