@@ -24,7 +24,10 @@ def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
     stale = [
         name for name in FILES if (tmp_path / name).read_bytes() != (GENERATED / name).read_bytes()
     ]
-    assert not stale, f"run scripts/gen-proto: {stale} differ from proto/ccb/v1/sidecar.proto"
+    assert not stale, (
+        f"run scripts/gen-proto (grpcio-tools as pinned in pyproject.toml): {stale} differ from"
+        " proto/ccb/v1/sidecar.proto"
+    )
 
 
 def test_generated_modules_import_as_a_package() -> None:
