@@ -441,7 +441,7 @@ class CircuitBreaker:
         frame = _getframe(1)
         entry = self._blocks.pop(frame, None)
         slot = self._slot
-        if entry.__class__ is int and exc is None and entry == slot.fast and not slot.dirty:
+        if entry.__class__ is int and exc is None and entry == slot.fast:
             slot.successes += 1
             return
         self._close_block(frame, exc, entry)
@@ -478,7 +478,7 @@ class CircuitBreaker:
     ) -> None:
         """Settle the entry popped for `frame` (None: not opened by it)."""
         slot = self._slot
-        if entry.__class__ is int and exc is None and entry == slot.fast and not slot.dirty:
+        if entry.__class__ is int and exc is None and entry == slot.fast:
             slot.successes += 1  # the lock-free path: nothing to reset
             return
         if entry is None:
@@ -494,7 +494,7 @@ class CircuitBreaker:
     def _settle_block(self, entry: Entry, exc: BaseException | None) -> None:
         if not isinstance(entry, Permit):
             slot = self._slot
-            if exc is None and not slot.dirty and slot.fast == entry:
+            if exc is None and slot.fast == entry:
                 slot.successes += 1  # the lock-free path: nothing to reset
                 return
             entry = self._fast_permit(entry)

@@ -42,7 +42,7 @@ class Permit:
     def success(self) -> None:
         """The call succeeded."""
         slot = self._slot
-        if not self._done and not self.probe and not slot.dirty and slot.fast == self.round:
+        if not self._done and not self.probe and slot.fast == self.round:
             self._done = True
             slot.successes += 1  # `_finish`'s lock-free path, inlined: the common outcome
             return
@@ -82,7 +82,7 @@ class Permit:
             return
         self._done = True
         slot = self._slot
-        if outcome is _SUCCESS and not self.probe and not slot.dirty and slot.fast == self.round:
+        if outcome is _SUCCESS and not self.probe and slot.fast == self.round:
             slot.successes += 1  # nothing to reset: the lock-free path's bookkeeping
             return
         duration = slot.clock() - self._start if slot.timed else 0.0

@@ -439,3 +439,73 @@ def test_invalid_settings_raise_value_error_naming_the_setting(
 
 def _raise(exc: BaseException) -> None:
     raise exc
+
+
+# A success that began before another call's failure must still end the failure run it
+# finishes in: the lock-free closed path re-checks the slot when the call returns. Each form
+# inlines that path on its own, so each is checked: the call starts on the fast path, the
+# failure lands while it runs (re-entrantly, as another thread's would), then it succeeds.
+def _forms(b: CircuitBreaker) -> dict[str, Any]:
+    def call(during: Any) -> None:
+        b.call(during)
+
+    def decorated(during: Any) -> None:
+        b(during)()
+
+    def block(during: Any) -> None:
+        with b:
+            during()
+
+    def permit(during: Any) -> None:
+        p = b.acquire()
+        during()
+        p.success()
+
+    def async_call(during: Any) -> None:
+        async def run() -> None:
+            during()
+
+        asyncio.run(b.acall(run))
+
+    def async_decorated(during: Any) -> None:
+        async def run() -> None:
+            during()
+
+        asyncio.run(b(run)())
+
+    def async_block(during: Any) -> None:
+        async def run() -> None:
+            async with b:
+                during()
+
+        asyncio.run(run())
+
+    return {
+        "call": call,
+        "decorator": decorated,
+        "with": block,
+        "permit": permit,
+        "acall": async_call,
+        "async decorator": async_decorated,
+        "async with": async_block,
+    }
+
+
+@pytest.mark.parametrize("form", list(_forms(CircuitBreaker("names"))))
+def test_a_success_that_began_before_a_failure_still_ends_the_failure_run(
+    clock: FakeClock, form: str
+) -> None:
+    b = CircuitBreaker("overlap", failure_threshold=2, clock=clock)
+
+    def fail_meanwhile() -> None:
+        with pytest.raises(Down):
+            b.call(boom)
+
+    _forms(b)[form](fail_meanwhile)  # one failure inside a call that then succeeds
+    assert b.snapshot().calls.success == 1
+    with pytest.raises(Down):
+        b.call(boom)  # would be the run's second failure had the success not ended it
+    assert b.state is State.CLOSED
+    with pytest.raises(Down):
+        b.call(boom)
+    assert b.state is State.OPEN  # the run counts again from the success

@@ -343,10 +343,16 @@ async def test_a_closed_breaker_admits_without_a_permit_and_counts_every_outcome
         admitted = _call(runtime)
         admitted.route = route
         assert pipeline.start(admitted) is None
-        assert admitted.permit is None and admitted.admitted  # the lock-free closed path
+        assert _holds_admission(admitted)
         return admitted
 
-    for _ in range(4):  # a failure run, cut short by a success, then another
+    first = call()
+    assert first.permit is None and first.admitted  # the lock-free closed path
+    assert pipeline.response(first, 500, []) is False
+    during_the_run = call()
+    assert during_the_run.permit is not None  # a failure run: its success must be recorded
+    assert pipeline.response(during_the_run, 500, []) is False
+    for _ in range(2):  # a failure run of four, cut short by a success, then another
         assert pipeline.response(call(), 500, []) is False
     assert pipeline.response(call(), 200, []) is False
     for _ in range(4):
@@ -358,6 +364,31 @@ async def test_a_closed_breaker_admits_without_a_permit_and_counts_every_outcome
     assert snapshot.state is State.OPEN
     calls = snapshot.calls
     assert (calls.success, calls.failure, calls.ignored) == (1, 9, 1)
+
+
+async def test_a_success_admitted_before_a_failure_still_ends_the_failure_run(
+    runtime: SidecarRuntime,
+) -> None:
+    pipeline = runtime.pipeline
+    route = runtime.routes["backup"]  # failure threshold 5 (the default)
+    breaker = route.breaker
+    assert breaker is not None
+    calls = [_call(runtime) for _ in range(5)]
+    for admitted in calls:
+        admitted.route = route
+        assert pipeline.start(admitted) is None
+        assert admitted.permit is None and admitted.admitted  # all on the lock-free path
+    early, *failing = calls
+    for admitted in failing:  # four failures in a row land while `early` is in flight
+        assert pipeline.response(admitted, 500, []) is False
+    assert pipeline.response(early, 200, []) is False  # it ends the run
+    assert breaker.snapshot().calls.success == 1
+    for _ in range(4):
+        late = _call(runtime)
+        late.route = route
+        assert pipeline.start(late) is None
+        assert pipeline.response(late, 500, []) is False
+    assert breaker.state is State.CLOSED  # four since the success, not eight in a row
 
 
 async def test_a_closed_path_outcome_from_before_a_trip_changes_nothing(

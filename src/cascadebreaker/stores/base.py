@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from ..core.classify import FailureInfo
 from ..core.config import BreakerConfig
+from ..core.fast_view import FastView
 from ..core.machine import NO_TRANSITIONS, BreakerMachine
 from ..core.state import Admission, Mode, Outcome, Scope, State, Transition
 from ..events import OutcomeEvent, OutcomeListener, TransitionEvent, TransitionListener
@@ -64,14 +65,16 @@ class BreakerSlot:
         "rejections",
         "successes",
         "transition_listeners",
+        "view",
     )
 
-    # `fast` is read without the lock on every call: the current round while the closed path
-    # needs nothing but "reset the failure run after a success" (consecutive policy, CLOSED,
-    # normal mode), else None. One read gives both the decision and the round; `is not None`
-    # is a single jump, cheaper than an int's truth test.
+    # `fast` is read without the lock on every call: the current round while a success needs
+    # no bookkeeping but `successes += 1` (consecutive policy, CLOSED, normal mode, no failure
+    # run in progress), else None. One read gives the decision and the round, and a call that
+    # finds it unchanged when it succeeds ends lock-free; `is not None` is a single jump,
+    # cheaper than an int's truth test.
     fast: int | None
-    dirty: bool  # a failure run is in progress; the next fast-path success must record
+    dirty: bool  # a failure run is in progress: `fast` is None until a success ends it
 
     def __init__(self, name: str, config: BreakerConfig, clock: Clock) -> None:
         self.name = name
@@ -88,6 +91,7 @@ class BreakerSlot:
         self.dirty = False
         self.last_failure: FailureInfo | None = None
         self._timed = config.needs_duration
+        self.view = FastView()
         self._refresh_fast()
 
     # -- the driver ------------------------------------------------------------------------
@@ -119,6 +123,7 @@ class BreakerSlot:
             machine = self.machine
             current = not admitted_in or admitted_in == machine.round
             transitions = NO_TRANSITIONS
+            dirty = self.dirty
             if current:
                 transitions = machine.record(
                     self.clock(), outcome, probe, duration, admitted_in, ticket
@@ -135,7 +140,7 @@ class BreakerSlot:
                 self.failures += 1
             else:
                 self.ignored += 1
-            if transitions:
+            if transitions or self.dirty is not dirty:
                 self._refresh_fast()
         self._after_outcome(outcome, probe, duration, admitted_in, ticket, current, failure)
         if self.outcome_listeners:
@@ -209,7 +214,7 @@ class BreakerSlot:
             round=round_,
             version=version,
             windows=windows,
-            calls=CallCounts(self.successes, self.failures, self.ignored, self.rejections),
+            calls=CallCounts(self.success_count(), self.failures, self.ignored, self.rejections),
             last_failure=self.last_failure,
         )
 
@@ -268,8 +273,13 @@ class BreakerSlot:
             and self.config.consecutive_only
             and not self._timed
             and not self.outcome_listeners
+            and not self.dirty
         )
-        self.fast = m.round if fast else None
+        self.fast = self.view.fast = m.round if fast else None
+
+    def success_count(self) -> int:
+        """Successes so far: the core's and compiled drivers' lock-free ones included."""
+        return self.successes + self.view.successes
 
     def _emit_outcome(self, outcome: Outcome | None, probe: bool, duration: float) -> None:
         event = OutcomeEvent(self.name, outcome, probe, duration, self.machine.visible_state)

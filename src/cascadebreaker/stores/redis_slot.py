@@ -69,7 +69,7 @@ class RedisSlot(BreakerSlot):
 
     def due_heartbeat(self, now: float, every: float) -> bool:
         """True when calls went through since the last heartbeat, at most once per `every` s."""
-        calls = self.successes + self.failures
+        calls = self.success_count() + self.failures
         if calls == self._beat_calls or now - self._beat_at < every:
             return False
         self._beat_calls, self._beat_at = calls, now
@@ -235,8 +235,9 @@ class RedisSlot(BreakerSlot):
             return None  # no consecutive policy here: nothing to count fleet-wide
         with self.lock:
             seen = self.remote_version
-            fast = self.successes != self._seen_successes
-            self._seen_successes = self.successes
+            successes = self.success_count()
+            fast = successes != self._seen_successes
+            self._seen_successes = successes
             lead, had, tail = self._lead, self._had_success, self._tail
             failure, self._batch_failure = self._batch_failure, ""
             self._lead = self._tail = 0

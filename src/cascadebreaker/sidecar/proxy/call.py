@@ -27,10 +27,10 @@ from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamRespons
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker, Permit
+    from cascadebreaker.core.fast_view import FastView
     from cascadebreaker.sidecar.proxy.hooks import RequestInfo, SettledCall
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
-    from cascadebreaker.stores.base import BreakerSlot
 
 __all__ = ["AwaitedCall", "call_raw", "call_upstream"]
 
@@ -56,7 +56,7 @@ class AwaitedCall(CallState, ResponseSink):
         self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
-        self.slot: BreakerSlot | None = None
+        self.view: FastView | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0

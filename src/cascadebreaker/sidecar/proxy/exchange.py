@@ -41,11 +41,11 @@ from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamTarget
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker, Permit
+    from cascadebreaker.core.fast_view import FastView
     from cascadebreaker.sidecar.http.connection import ServerConnection
     from cascadebreaker.sidecar.http.exchange import RequestHead
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
-    from cascadebreaker.stores.base import BreakerSlot
 
 log = logging.getLogger("cascadebreaker.sidecar")
 _admission_errors: Final = RateLimitedLog(log, logging.ERROR)
@@ -114,7 +114,7 @@ class ProxyExchange(FixedExchange, CallState, ResponseSink):
         self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
-        self.slot: BreakerSlot | None = None
+        self.view: FastView | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0

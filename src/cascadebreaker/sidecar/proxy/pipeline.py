@@ -40,10 +40,10 @@ from cascadebreaker.sidecar.upstream.model import UpstreamError, UpstreamReset
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker, Permit
+    from cascadebreaker.core.fast_view import FastView
     from cascadebreaker.sidecar.http.wire import RawHeaders
     from cascadebreaker.sidecar.proxy.routes import Route
     from cascadebreaker.sidecar.proxy.runtime import SidecarRuntime
-    from cascadebreaker.stores.base import BreakerSlot
 
 
 _C = TypeVar("_C")
@@ -119,12 +119,13 @@ class CallState:
     info: RequestInfo | None  # built only when hooks are registered and none settled the call
     settled: SettledCall | None  # what a lone `BareCallHook` settled the call with
     # An admission is held either as `admitted` (a closed breaker's lock-free path: the round,
-    # with `breaker` and its `slot`; 0: none) or as a `permit` (every other path); never both.
+    # with `breaker` and its slot's `view`; 0: none) or as a `permit` (every other path); never
+    # both.
     admitted: int
     breaker: CircuitBreaker | None
-    # The breaker's slot, kept with the round: compiled, a read of the breaker's `_slot` is a
-    # generic attribute look-up through its instance dict, and `_record` needs the slot.
-    slot: BreakerSlot | None
+    # The breaker's slot's `FastView`, kept with the round: `_record` needs it, and compiled
+    # its fields are struct members (the interpreted slot's are generic look-ups).
+    view: FastView | None
     permit: Permit | None
     attempt: int
     turn: int  # where round robin over the route's instances started this call
@@ -152,9 +153,9 @@ CALL_SLOTS = (
     "resendable",
     "route",
     "settled",
-    "slot",
     "started_at",
     "turn",
+    "view",
 )
 
 
@@ -186,7 +187,7 @@ class Call(CallState):
         self.settled: SettledCall | None = None
         self.admitted = 0
         self.breaker: CircuitBreaker | None = None
-        self.slot: BreakerSlot | None = None
+        self.view: FastView | None = None
         self.permit: Permit | None = None
         self.attempt = 0
         self.turn = 0
@@ -264,18 +265,18 @@ class CallPipeline:
             return None
         endpoints = route.endpoints
         if endpoints is None:
-            slot = route.slot  # the route's breaker's, found once
+            view = route.view  # the route's breaker's, found once
         else:
             breaker = endpoints.breaker_for(call.method, call.path)
-            slot = breaker._slot
-        assert slot is not None
+            view = breaker._slot.view
+        assert view is not None
         # `CircuitBreaker.acquire`'s closed path, inlined without its Permit (as the breaker's
         # own `call` does): the round is all a success needs (`_record`). No store, shared or
         # not, is asked on this path; a Redis slot counts these successes for the fleet.
-        round_ = slot.fast
+        round_ = view.fast
         if round_ is not None:
             call.breaker = breaker
-            call.slot = slot
+            call.view = view
             call.admitted = round_
             return None
         if route.shared_store and breaker.state is not State.CLOSED:
@@ -448,10 +449,10 @@ class CallPipeline:
         if round_:
             call.admitted = 0
             breaker = call.breaker
-            slot = call.slot
-            assert breaker is not None and slot is not None
-            if success and not slot.dirty and slot.fast == round_:
-                slot.successes += 1  # `Permit.success`'s lock-free path, inlined
+            view = call.view
+            assert breaker is not None and view is not None
+            if success and view.fast == round_:
+                view.successes += 1  # `Permit.success`'s lock-free path, inlined
                 return
             permit: Permit | None = breaker._fast_permit(round_)  # the rare outcomes
         else:

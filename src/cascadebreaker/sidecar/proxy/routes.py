@@ -12,8 +12,8 @@ from cascadebreaker.sidecar.upstream.pool import UpstreamPool
 
 if TYPE_CHECKING:
     from cascadebreaker import CircuitBreaker
+    from cascadebreaker.core.fast_view import FastView
     from cascadebreaker.sidecar.proxy.endpoint_breakers import EndpointBreakers
-    from cascadebreaker.stores.base import BreakerSlot
 
 
 class RetryBudget:
@@ -61,10 +61,10 @@ class Route:
         "retry_attempts",
         "retry_statuses",
         "shared_store",
-        "slot",
         "stats",
         "target",
         "timeout",
+        "view",
     )
 
     def __init__(
@@ -83,9 +83,9 @@ class Route:
         self._turn = 0
         self.target = pool.target
         self.breaker = breaker
-        # Its slot, read by the pipeline for every call (compiled, `breaker._slot` is a generic
-        # look-up through the breaker's instance dict; a breaker keeps its slot for life).
-        self.slot: BreakerSlot | None = None if breaker is None else breaker._slot
+        # Its slot's closed path, read by the pipeline for every call (compiled, `breaker._slot`
+        # and the slot's own attributes are generic look-ups; a breaker keeps its slot for life).
+        self.view: FastView | None = None if breaker is None else breaker._slot.view
         # Per-endpoint breakers (`breaker.scope: endpoint`), else None: `breaker` guards all.
         self.endpoints: EndpointBreakers | None = None
         self.failure_table = failure_table
