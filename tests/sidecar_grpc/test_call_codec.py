@@ -180,6 +180,23 @@ def test_encoding_matches_upb_byte_for_byte(
     assert encode_call_response(status, headers, body) == _upb_reply(status, headers, body)
 
 
+_COMMON_NAMES = st.sampled_from(
+    [b"Content-Type", b"content-length", b"DATE", b"Server", b"ETag", b"etag", b"Etag", b"Vary"]
+)
+
+
+@given(
+    st.lists(
+        st.tuples(_COMMON_NAMES, st.binary(max_size=130) | st.text(max_size=40).map(str.encode)),
+        max_size=8,
+    )
+)
+@example([(b"Content-Length", b""), (b"Server", b"x" * 110), (b"Server", b"x" * 111)])
+def test_common_names_encode_as_upb_does(headers: list[tuple[bytes, bytes]]) -> None:
+    # The names servers commonly send come from a table, in any of its spellings or none.
+    assert encode_call_response(200, headers, b"") == _upb_reply(200, headers, b"")
+
+
 def test_encoding_of_a_typical_response() -> None:
     headers = [(b"Content-Type", b"text/plain"), (b"X-Caf\xe9", b"cr\xe8me"), (b"Empty", b"")]
     encoded = encode_call_response(200, headers, b"hello")

@@ -294,19 +294,18 @@ def encode_call_response(status: int, headers: RawHeaders, body: bytes) -> bytes
         # The common header: ASCII, short, neither part empty. Pieces from tables, one join
         # at the end: no format string parsed per header (`parts.append` is a native call,
         # a bound `append` would not be).
-        if (
-            size_name
-            and size_value
-            and size_name + size_value < 124
-            and name.isascii()
-            and value.isascii()
-        ):
-            parts.append(_HEADER_OPENING[size_name + size_value + 4])
-            parts.append(_BYTE[size_name])
-            parts.append(name.lower())
-            parts.append(_VALUE_OPENING[size_value])
-            parts.append(value)
-            continue
+        if size_value and size_name + size_value < 124 and value.isascii():
+            # A name servers commonly send comes from a table, its length byte and lower-cased
+            # spelling made once: no new bytes object per header.
+            named = _NAME_PIECES.get(name)
+            if named is None and size_name and name.isascii():
+                named = _BYTE[size_name] + name.lower()
+            if named is not None:
+                parts.append(_HEADER_OPENING[size_name + size_value + 4])
+                parts.append(named)
+                parts.append(_VALUE_OPENING[size_value])
+                parts.append(value)
+                continue
         parts.append(_header_field(name, value))
     size = len(body)
     if size:
@@ -347,5 +346,19 @@ _HEADER_OPENING: Final = tuple(b"\x12" + bytes((size,)) + b"\x0a" for size in ra
 _BYTE: Final = tuple(bytes((size,)) for size in range(128))
 _VALUE_OPENING: Final = tuple(b"\x12" + bytes((size,)) for size in range(128))
 _BODY_OPENING: Final = tuple(b"\x1a" + bytes((size,)) for size in range(128))
+# Response header names as servers commonly spell them (as sent and lower-cased), each with
+# its length byte and lower-cased spelling: Header.name's length and bytes, made once.
+_COMMON_NAMES: Final = (
+    b"Accept-Ranges", b"Age", b"Cache-Control", b"Connection", b"Content-Encoding",
+    b"Content-Language", b"Content-Length", b"Content-Location", b"Content-Type", b"Date",
+    b"ETag", b"Expires", b"Keep-Alive", b"Last-Modified", b"Location", b"Retry-After",
+    b"Server", b"Set-Cookie", b"Traceparent", b"Transfer-Encoding", b"Vary", b"Via",
+    b"X-Content-Type-Options", b"X-Request-Id",
+)  # fmt: skip
+_NAME_PIECES: Final = {
+    spelling: _BYTE[len(name)] + name.lower()
+    for name in _COMMON_NAMES
+    for spelling in (name, name.lower(), name.upper())
+}
 # `status = n` as field 1, made once for every HTTP status.
 _STATUS_FIELDS: Final = {status: b"\x08" + _varint(status) for status in range(100, 1000)}
