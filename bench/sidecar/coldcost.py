@@ -11,13 +11,14 @@ when they are warm. This measures both states on the same processes, one request
 
 - the proxies (nginx, the minimal httptools floor, the sidecar of TREE) on CPU 0, the client
   and the upstream nginx on CPU 1;
-- warm: requests one after another on a keep-alive connection, nothing else run on CPU 0;
-- cold: before each request a process on CPU 0 copies a buffer twice the last-level cache
+- warm: a request right after one of its own on the same keep-alive connection;
+- cold: a request right after a process on CPU 0 copied a buffer twice the last-level cache
   (L1, L2 and the L3 evicted, the kernel's lines too, as other processes' work does);
 - a request's CPU: the proxy's on-CPU time from the scheduler (`/proc/PID/task/*/schedstat`,
   to the nanosecond), read before the request and once the proxy sleeps again.
 
-Medians over `rounds` x `n` requests per proxy and state, the states and proxies interleaved.
+Medians over `rounds` x `n` requests per proxy and state; proxies and states take turns at
+every step, so that the machine's drift (a shared host's, minutes long) falls on all alike.
 """
 
 from __future__ import annotations
@@ -214,11 +215,12 @@ def measure(tree: Path, n: int, rounds: int) -> dict[str, dict[str, list[float]]
         for round_ in range(rounds):
             names = list(proxies)
             names = names[round_ % len(names) :] + names[: round_ % len(names)]
-            for name in names:
-                proxy, client = proxies[name]
-                for _ in range(n):
+            for _ in range(n):  # the proxies in turn at every step: drift falls on all alike
+                for name in names:
+                    proxy, client = proxies[name]
+                    client.get()  # warm: the request right after one of its own
+                    time.sleep(SETTLE)
                     samples[name]["warm"].append(request_cpu(proxy, client))
-                for _ in range(n):
                     thrasher.flush()
                     samples[name]["cold"].append(request_cpu(proxy, client))
         return samples
