@@ -341,3 +341,24 @@ def test_with_several_rounds_the_verdict_says_in_how_many_the_target_was_met() -
     assert verdicts["throughput at 16 conns"] == "met, in 3 of 3 rounds"
     assert verdicts["peak RSS of sidecar"] == "met"
     assert verdicts["pair at 1000 rps, added p90"] == "-"
+
+
+def test_the_compiled_build_s_memory_is_judged_too() -> None:
+    """The compiled processes (`--compiled`) carry their own RSS verdicts: the wheel that ships
+    maps its native modules, ~1 MiB more than the interpreted sidecar."""
+    report = _report()
+    report.peak_rss_mb = {
+        "sidecar-server": 29.2,
+        "sidecar-server-compiled": 30.2,
+        "sidecar-compiled": 47.0,
+        "grpc-floor": 42.0,
+        "httptools-floor": 23.4,
+    }
+    report.grpc_listeners = ("sidecar-compiled",)
+    rows = {t.what.split(":")[0]: t for t in targets(report)}
+    assert rows["peak RSS of sidecar-server"].verdict == "met"
+    compiled = rows["peak RSS of sidecar-server (compiled build)"]
+    assert compiled.measured.startswith("30.2 MiB")
+    assert compiled.verdict == "MISSED by 0.2 MiB: ours (the floor meets it)"
+    grpc = rows["peak RSS of sidecar (compiled build) (gRPC listener)"]
+    assert grpc.floor.endswith(", empty grpc.aio server")
