@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPILE, LINK = "-fno-semantic-interposition", "-Wl,-Bsymbolic-functions"
+COMPILE, LINK = "-fno-semantic-interposition -fvisibility=hidden", "-Wl,-Bsymbolic-functions"
 
 
 def _hook_module() -> ModuleType:
@@ -124,4 +124,11 @@ def test_a_real_mypyc_build_gets_local_calls_and_the_switch_turns_them_off(
     (tmp_path / "tiny" / "pyproject.toml").write_text(TINY_PYPROJECT)
     shutil.copy(ROOT / "hatch_build.py", tmp_path / "tiny" / "hatch_build.py")
     assert _build_tiny(tmp_path / "tiny", tmp_path / "on", "1") == []
+    from tests.compiled.test_compiled_library import exported_symbols
+
+    (library,) = (tmp_path / "on" / "tree").glob("*__mypyc.*.so")
+    exported = [s for s in exported_symbols(library) if not s.startswith("_")]
+    assert exported == [f"PyInit_{library.name.split('.')[0]}"]  # hidden: the init alone
     assert _build_tiny(tmp_path / "tiny", tmp_path / "off", "0")  # mypyc's runtime, via the PLT
+    (library,) = (tmp_path / "off" / "tree").glob("*__mypyc.*.so")
+    assert len(exported_symbols(library)) > 10  # every CPyDef_ and CPy function exported
