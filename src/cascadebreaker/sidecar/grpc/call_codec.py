@@ -346,8 +346,9 @@ _HEADER_OPENING: Final = tuple(b"\x12" + bytes((size,)) + b"\x0a" for size in ra
 _BYTE: Final = tuple(bytes((size,)) for size in range(128))
 _VALUE_OPENING: Final = tuple(b"\x12" + bytes((size,)) for size in range(128))
 _BODY_OPENING: Final = tuple(b"\x1a" + bytes((size,)) for size in range(128))
-# Response header names as servers commonly spell them (as sent and lower-cased), each with
-# its length byte and lower-cased spelling: Header.name's length and bytes, made once.
+# Response header names as servers commonly spell them (capitalised as below, lower- or
+# upper-cased), each with its length byte and lower-cased spelling: Header.name's length and
+# bytes, made once.
 _COMMON_NAMES: Final = (
     b"Accept-Ranges", b"Age", b"Cache-Control", b"Connection", b"Content-Encoding",
     b"Content-Language", b"Content-Length", b"Content-Location", b"Content-Type", b"Date",
