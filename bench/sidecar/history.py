@@ -1,0 +1,245 @@
+"""The compiled build's verdicts in every recorded run of `python -m bench sidecar`.
+
+    .venv/bin/python -m bench.sidecar.history [--since 2026-12-05] [--doc docs/benchmarks.md]
+
+Each run rewrites the `## Sidecar` section of docs/benchmarks.md, and each run that was kept
+landed in a commit. This reads that section at every commit that changed the file (a run is
+told by the section's `- date:` line; the first commit holding it is named), takes the
+compiled build's rows of the targets tables, halting and polling, and sorts each verdict as
+the report wrote it:
+
+- met;
+- floor: missed, and the Python floor misses it too (no Python proxy on httptools + uvloop
+  meets it on that machine: not ours to remove);
+- ours: missed where the floor meets it.
+
+It prints each run with the targets it missed, then for each target and idle mode how many
+runs gave each verdict: one run's verdicts flip with the machine and the hour, several runs
+say what is ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.sidecar.report import COMPILED, SECTION
+
+HALTING = "halting"
+POLLING = "polling"
+MODES = (HALTING, POLLING)
+MET, FLOOR, OURS, MISSED = "met", "floor", "ours", "missed"
+VERDICTS = (MET, FLOOR, OURS, MISSED)  # MISSED: a miss the report could not attribute
+_OTHER_MODE = "### The same rounds with "
+_TARGETS = "### Targets"
+
+
+@dataclass
+class Run:
+    """One recorded run: where and when, and its compiled verdicts by mode and target."""
+
+    date: str
+    machine: str = ""
+    python: str = ""
+    commit: str = ""
+    verdicts: dict[str, dict[str, str]] = field(default_factory=dict)  # mode -> target -> verdict
+
+    def missed(self, mode: str, kind: str) -> list[str]:
+        return [t for t, v in self.verdicts.get(mode, {}).items() if v == kind]
+
+
+def classify(verdict: str) -> str:
+    """A verdict cell of the report as met / floor / ours (/ missed, unattributed)."""
+    text = verdict.strip()
+    if text.startswith("met"):
+        return MET
+    if "below the Python floor" in text:
+        return FLOOR
+    if "ours" in text:
+        return OURS
+    return MISSED
+
+
+def section_of(doc: str) -> str | None:
+    """The `## Sidecar` section of a benchmarks document (up to the next `## ` heading)."""
+    lines = doc.splitlines()
+    try:
+        start = lines.index(SECTION)
+    except ValueError:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), None)
+    return "\n".join(lines[start:end])
+
+
+def _mode_of(text: str) -> str:
+    return POLLING if "polling" in text else HALTING
+
+
+def _compiled_rows(lines: Iterable[str]) -> dict[str, str]:
+    """target -> verdict, from the compiled build's rows of the first targets table in `lines`
+    (a table ends at the first line that is not a row)."""
+    out: dict[str, str] = {}
+    in_table = False
+    for line in lines:
+        if not line.startswith("|"):
+            if in_table:
+                break
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == "target":
+            in_table = True
+            continue
+        if not in_table or len(cells) < 3 or COMPILED not in cells[0]:
+            continue
+        what = cells[0].split(": ", 1)[0].replace(COMPILED, "")
+        out[what] = classify(cells[2])
+    return out
+
+
+def parse_section(section: str, commit: str = "") -> Run | None:
+    """A run from its `## Sidecar` section; None without a date or compiled verdicts."""
+    env: dict[str, str] = {}
+    for line in section.splitlines():
+        if line.startswith("- ") and ": " in line:
+            key, value = line[2:].split(": ", 1)
+            env.setdefault(key, value)
+    if "date" not in env:
+        return None
+    run = Run(env["date"], env.get("machine", ""), env.get("python", ""), commit)
+    lines = section.splitlines()
+    other = next((i for i, line in enumerate(lines) if line.startswith(_OTHER_MODE)), len(lines))
+    main = lines[:other]
+    start = next((i for i, line in enumerate(main) if line.startswith(_TARGETS)), None)
+    if start is not None:
+        rows = _compiled_rows(main[start:])
+        if rows:
+            run.verdicts[_mode_of(env.get("CPU idle", "").split(";")[0])] = rows
+    if other < len(lines):
+        rows = _compiled_rows(lines[other:])
+        if rows:
+            run.verdicts[_mode_of(lines[other])] = rows
+    return run if run.verdicts else None
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def runs_in_history(repo: Path, doc: str = "docs/benchmarks.md") -> list[Run]:
+    """Every run recorded in `doc` over the repository's history, oldest first."""
+    runs: dict[str, Run] = {}
+    for commit in _git(repo, "log", "--reverse", "--format=%H", "--", doc).split():
+        try:
+            text = _git(repo, "show", f"{commit}:{doc}")
+        except subprocess.CalledProcessError:  # the file was deleted in this commit
+            continue
+        section = section_of(text)
+        run = None if section is None else parse_section(section, commit[:7])
+        if run is not None and run.date not in runs:
+            runs[run.date] = run
+    return sorted(runs.values(), key=lambda r: r.date)
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out
+
+
+def _cpu(machine: str) -> str:
+    """`x86_64, 2 CPUs (Intel(R) Xeon(R) Processor), Linux ...` -> `Intel Xeon Processor`."""
+    head = machine.rsplit(", Linux", 1)[0]
+    if not head.endswith(")") or "(" not in head:
+        return "not recorded"
+    model = head[head.index("(") + 1 : -1]
+    return model.replace("(R)", "").replace("(TM)", "")
+
+
+def _python(python: str) -> str:
+    """`3.11.7 (uvloop 0.23.0); 13.4 µs per sum(range(1000))` -> `13.4 µs`."""
+    speed = python.rsplit("; ", 1)[-1]
+    return speed.split(" per ", 1)[0] if " per " in speed else "not recorded"
+
+
+def render(runs: Sequence[Run]) -> str:
+    """The runs, then the counts by target and mode, as markdown."""
+    lines = [
+        f"{len(runs)} recorded runs; the compiled build's misses in each, halting / polling "
+        "(floor: the Python floor misses it too; ours: the floor meets it):",
+        "",
+    ]
+
+    def misses(run: Run, mode: str) -> str:
+        if mode not in run.verdicts:
+            return "not run"
+        parts = [f"{t} (ours)" for t in run.missed(mode, OURS)]
+        parts += [f"{t} (floor)" for t in run.missed(mode, FLOOR)]
+        parts += [f"{t} (missed)" for t in run.missed(mode, MISSED)]
+        return "; ".join(parts) or "none"
+
+    lines += _table(
+        [
+            "date",
+            "commit",
+            "CPU",
+            "Python per sum(range(1000))",
+            "halting: missed",
+            "polling: missed",
+        ],
+        [
+            [r.date, r.commit, _cpu(r.machine), _python(r.python), *(misses(r, m) for m in MODES)]
+            for r in runs
+        ],
+    )
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    for run in runs:
+        for mode, rows in run.verdicts.items():
+            for target, verdict in rows.items():
+                counts.setdefault((target, mode), Counter())[verdict] += 1
+    lines += ["", "Verdicts by target and idle mode, runs:", ""]
+    lines += _table(
+        ["target", "mode", "met", "floor misses too", "ours", "runs"],
+        [
+            [t, m, str(c[MET]), str(c[FLOOR]), str(c[OURS]), str(sum(c.values()))]
+            for (t, m), c in sorted(
+                counts.items(), key=lambda kv: (kv[0][0], MODES.index(kv[0][1]))
+            )
+        ],
+    )
+    clean = {m: sum(1 for r in runs if m in r.verdicts and not r.missed(m, OURS)) for m in MODES}
+    ran = {m: sum(1 for r in runs if m in r.verdicts) for m in MODES}
+    both = sum(1 for r in runs if all(m in r.verdicts and not r.missed(m, OURS) for m in MODES))
+    lines += [
+        "",
+        f"Runs with no miss of ours: halting {clean[HALTING]} of {ran[HALTING]}, polling "
+        f"{clean[POLLING]} of {ran[POLLING]}, both modes {both} of {len(runs)}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--doc", default="docs/benchmarks.md", help="the benchmarks document")
+    parser.add_argument("--repo", type=Path, default=Path("."), help="the git checkout")
+    parser.add_argument("--since", default="", help="only runs dated on or after (YYYY-MM-DD)")
+    args = parser.parse_args(argv)
+    runs = [r for r in runs_in_history(args.repo, args.doc) if r.date >= args.since]
+    if not runs:
+        print(f"no recorded run in {args.doc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(render(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
