@@ -9,7 +9,10 @@ loaded RTLD_LOCAL anyway). Measured: -3.6 % instructions per request, the pair's
 the library exports its `PyInit_` alone (CPython's `PyMODINIT_FUNC` keeps it visible; mypyc's
 per-module shims reach the rest through capsules), so its ~2,600 other dynamic symbols, their
 names and hash table (~180 KB the loader kept resident in every sidecar) are gone, and
-references to compiled globals need no GOT entry (-23 cache lines per request from cold). A plain
+references to compiled globals need no GOT entry (-23 cache lines per request from cold). And
+with `-fno-plt`: a call to libpython or libc loads the function's address from the GOT instead
+of jumping through a 16-byte PLT stub (the ~60 stubs a request touched: -15 cache lines of code
+per request from cold, docs/benchmarks.md "No PLT"). A plain
 `HATCH_BUILD_HOOK_ENABLE_MYPYC=1 pip wheel .` gets them as `scripts/build-compiled` does;
 `CCB_BUILD_LOCAL_CALLS=0` builds without them (to measure what they give).
 """
@@ -23,7 +26,7 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-COMPILE_FLAGS = ("-fno-semantic-interposition", "-fvisibility=hidden")
+COMPILE_FLAGS = ("-fno-semantic-interposition", "-fvisibility=hidden", "-fno-plt")
 LINK_FLAGS = ("-Wl,-Bsymbolic-functions",)
 OFF_SWITCH = "CCB_BUILD_LOCAL_CALLS"
 

@@ -16,7 +16,8 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPILE, LINK = "-fno-semantic-interposition -fvisibility=hidden", "-Wl,-Bsymbolic-functions"
+COMPILE = "-fno-semantic-interposition -fvisibility=hidden -fno-plt"
+LINK = "-Wl,-Bsymbolic-functions"
 
 
 def _hook_module() -> ModuleType:
@@ -94,8 +95,8 @@ include = ["/src/tinypkg/a.py", "/src/tinypkg/b.py"]
 
 def _build_tiny(project: Path, out: Path, local_calls: str) -> list[str]:
     """A real mypyc wheel of two modules (one calls the other) through this project's hook;
-    the CPy* functions its shared library calls through the PLT."""
-    from tests.compiled.test_compiled_library import plt_symbols
+    the CPy* functions its shared library imports (called through the PLT or the GOT)."""
+    from tests.compiled.test_compiled_library import imported_symbols
 
     env = {**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "1", "CCB_BUILD_LOCAL_CALLS": local_calls}
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
@@ -107,7 +108,8 @@ def _build_tiny(project: Path, out: Path, local_calls: str) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(out / "tree")
     (library,) = (out / "tree").glob("*__mypyc.*.so")
-    return [s for s in plt_symbols(library) if s.startswith("CPy")]
+    imported = imported_symbols(library, "JUMP_SLOT") + imported_symbols(library, "GLOB_DAT")
+    return [s for s in imported if s.startswith("CPy")]
 
 
 def test_a_real_mypyc_build_gets_local_calls_and_the_switch_turns_them_off(
@@ -124,11 +126,13 @@ def test_a_real_mypyc_build_gets_local_calls_and_the_switch_turns_them_off(
     (tmp_path / "tiny" / "pyproject.toml").write_text(TINY_PYPROJECT)
     shutil.copy(ROOT / "hatch_build.py", tmp_path / "tiny" / "hatch_build.py")
     assert _build_tiny(tmp_path / "tiny", tmp_path / "on", "1") == []
-    from tests.compiled.test_compiled_library import exported_symbols
+    from tests.compiled.test_compiled_library import exported_symbols, plt_symbols
 
     (library,) = (tmp_path / "on" / "tree").glob("*__mypyc.*.so")
     exported = [s for s in exported_symbols(library) if not s.startswith("_")]
     assert exported == [f"PyInit_{library.name.split('.')[0]}"]  # hidden: the init alone
+    assert plt_symbols(library) == []  # -fno-plt: libpython's functions through the GOT
     assert _build_tiny(tmp_path / "tiny", tmp_path / "off", "0")  # mypyc's runtime, via the PLT
     (library,) = (tmp_path / "off" / "tree").glob("*__mypyc.*.so")
     assert len(exported_symbols(library)) > 10  # every CPyDef_ and CPy function exported
+    assert any(s.startswith("Py") for s in plt_symbols(library))
