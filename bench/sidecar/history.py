@@ -31,7 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.sidecar.report import COMPILED, SECTION
+from bench.sidecar.report import COMPILED, SECTION, _table
 
 HALTING = "halting"
 POLLING = "polling"
@@ -148,12 +148,6 @@ def runs_in_history(repo: Path, doc: str = "docs/benchmarks.md") -> list[Run]:
         if run is not None and run.date not in runs:
             runs[run.date] = run
     return sorted(runs.values(), key=lambda r: r.date)
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
-    return out
 
 
 def _cpu(machine: str) -> str:
