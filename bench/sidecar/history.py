@@ -15,7 +15,8 @@ the report wrote it:
 
 It prints each run with the targets it missed, then for each target and idle mode how many
 runs gave each verdict: one run's verdicts flip with the machine and the hour, several runs
-say what is ours.
+say what is ours. `--quiet` counts only the runs on a quiet host: other processes (the
+hypervisor's steal included) used less than the report's busy-host line of CPU meanwhile.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.sidecar.report import COMPILED, SECTION, _table
+from bench.sidecar.report import BUSY_HOST_CPUS, COMPILED, SECTION, _table
 
 HALTING = "halting"
 POLLING = "polling"
@@ -40,6 +41,7 @@ MET, FLOOR, OURS, MISSED = "met", "floor", "ours", "missed"
 VERDICTS = (MET, FLOOR, OURS, MISSED)  # MISSED: a miss the report could not attribute
 _OTHER_MODE = "### The same rounds with "
 _TARGETS = "### Targets"
+_OTHER_CPUS = "CPU used by other processes during the run"
 
 
 @dataclass
@@ -50,10 +52,23 @@ class Run:
     machine: str = ""
     python: str = ""
     commit: str = ""
+    other_cpus: float | None = None  # CPUs other processes used meanwhile; None: not recorded
     verdicts: dict[str, dict[str, str]] = field(default_factory=dict)  # mode -> target -> verdict
 
     def missed(self, mode: str, kind: str) -> list[str]:
         return [t for t, v in self.verdicts.get(mode, {}).items() if v == kind]
+
+    @property
+    def quiet(self) -> bool:
+        return self.other_cpus is not None and self.other_cpus < BUSY_HOST_CPUS
+
+
+def _cpus(text: str) -> float | None:
+    """`0.11 CPUs (stolen by the hypervisor: 0.00)` -> 0.11; None when unreadable."""
+    try:
+        return float(text.split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def classify(verdict: str) -> str:
@@ -114,6 +129,7 @@ def parse_section(section: str, commit: str = "") -> Run | None:
     if "date" not in env:
         return None
     run = Run(env["date"], env.get("machine", ""), env.get("python", ""), commit)
+    run.other_cpus = _cpus(env.get(_OTHER_CPUS, ""))
     lines = section.splitlines()
     other = next((i for i, line in enumerate(lines) if line.startswith(_OTHER_MODE)), len(lines))
     main = lines[:other]
@@ -187,11 +203,19 @@ def render(runs: Sequence[Run]) -> str:
             "commit",
             "CPU",
             "Python per sum(range(1000))",
+            "other processes, CPUs",
             "halting: missed",
             "polling: missed",
         ],
         [
-            [r.date, r.commit, _cpu(r.machine), _python(r.python), *(misses(r, m) for m in MODES)]
+            [
+                r.date,
+                r.commit,
+                _cpu(r.machine),
+                _python(r.python),
+                "not recorded" if r.other_cpus is None else f"{r.other_cpus:.2f}",
+                *(misses(r, m) for m in MODES),
+            ]
             for r in runs
         ],
     )
@@ -226,11 +250,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", default="docs/benchmarks.md", help="the benchmarks document")
     parser.add_argument("--repo", type=Path, default=Path("."), help="the git checkout")
     parser.add_argument("--since", default="", help="only runs dated on or after (YYYY-MM-DD)")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help=f"only runs on a quiet host (other processes below {BUSY_HOST_CPUS:.2f} CPUs)",
+    )
     args = parser.parse_args(argv)
     runs = [r for r in runs_in_history(args.repo, args.doc) if r.date >= args.since]
+    left_out = [r for r in runs if not r.quiet] if args.quiet else []
+    runs = [r for r in runs if r.quiet] if args.quiet else runs
     if not runs:
-        print(f"no recorded run in {args.doc}", file=sys.stderr)
+        print(f"no recorded run in {args.doc}" + (" on a quiet host" * args.quiet), file=sys.stderr)
         return 1
+    if args.quiet:
+        print(
+            f"Quiet hosts only: {len(left_out)} runs left out (other processes at or above "
+            f"{BUSY_HOST_CPUS:.2f} CPUs, or not recorded).\n"
+        )
     sys.stdout.write(render(runs))
     return 0
 

@@ -22,6 +22,9 @@ HTTPTOOLS_FLOOR_PAIR = "floor: minimal httptools pair"
 # The sidecar as pip installs it, and the opt-in mypyc build (`--compiled`): the scenario of
 # one hop, its process, and the pair's scenario; the key is what a target's name gains.
 COMPILED = " (compiled build)"
+# Other processes' CPU over a run (steal included) from which its verdicts read the host: quiet
+# runs measured 0.00-0.01, the two runs whose every proxy's p90 was in milliseconds 0.11-0.15.
+BUSY_HOST_CPUS = 0.05
 BUILDS = {
     "": ("sidecar (outbound)", "sidecar", "sidecar pair"),
     COMPILED: ("sidecar (outbound)" + COMPILED, "sidecar-compiled", "sidecar pair" + COMPILED),
@@ -105,6 +108,7 @@ class Report:
     profile: Profile | None = None
     profile_error: str = ""  # why there is no profile, when one was asked for
     environment: dict[str, str] = field(default_factory=dict)
+    other_cpus: float | None = None  # CPUs other processes used meanwhile (steal included)
 
 
 def failed_cells(report: Report) -> list[str]:
@@ -553,6 +557,19 @@ def _profile(p: Profile) -> list[str]:
     return lines
 
 
+def busy_host(report: Report) -> str:
+    """A warning above the verdicts of a run that shared the machine ('' on a quiet one)."""
+    if report.other_cpus is None or report.other_cpus < BUSY_HOST_CPUS:
+        return ""
+    return (
+        f"**A busy host:** other processes (the hypervisor's steal included) used "
+        f"{report.other_cpus:.2f} CPUs on average during this run, at least "
+        f"{BUSY_HOST_CPUS:.2f}. Their work evicts caches and delays wake-ups between our "
+        "requests, so these verdicts say more about the host than about the code; rerun on "
+        "a quiet machine before reading them."
+    )
+
+
 def render(report: Report) -> str:
     """The whole `## Sidecar` section as markdown."""
     lines = [
@@ -567,6 +584,9 @@ def render(report: Report) -> str:
     lines += [f"- {key}: {value}" for key, value in report.environment.items()]
     lines += [f"- **Note:** {note}" for note in report.notes]
     lines += ["", "### Targets (issue 13: ratios against nginx in this run)", ""]
+    busy = busy_host(report)
+    if busy:
+        lines += [busy, ""]
     lines += _table(TARGET_HEADERS, [list(t) for t in targets(report)])
     lines += ["", FLOOR_TEXT, "", ROUNDS_TEXT]
     lines += ["", "### Closed loop: wrk, 1 and 16 connections", ""]

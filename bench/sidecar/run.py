@@ -255,11 +255,13 @@ def polling_idle(enabled: bool) -> Iterator[bool]:
         os.close(fd)
 
 
-def system_busy_seconds() -> float:
-    """CPU seconds spent busy by the whole machine so far (all CPUs, from /proc/stat)."""
+def system_busy_seconds() -> tuple[float, float]:
+    """CPU seconds spent busy by the whole machine so far (all CPUs, from /proc/stat), and of
+    them the seconds stolen: a vCPU that was ready while the hypervisor ran someone else."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, steal / tick
 
 
 def own_seconds(started: dict[str, Proc], since: os.times_result) -> float:
@@ -376,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     started: dict[str, Proc] = {}
     profile: Profile | None = None
     profile_error = ""
-    busy_before, times_before, wall_before = system_busy_seconds(), os.times(), time.monotonic()
+    (busy_before, steal_before), times_before = system_busy_seconds(), os.times()
+    wall_before = time.monotonic()
     modes = ["halting", "polling"] if args.idle == "both" else [args.idle]
     reports: dict[str, Report] = {}
     try:
@@ -404,19 +407,17 @@ def main(argv: list[str] | None = None) -> int:
                 profile_error = str(exc)
                 print(f"bench sidecar: the profile FAILED: {exc}", file=sys.stderr, flush=True)
         # CPU the rest of the machine used meanwhile: the noise on these numbers.
-        foreign = system_busy_seconds() - busy_before - own_seconds(started, times_before)
-        foreign_share = max(foreign, 0.0) / (time.monotonic() - wall_before)
+        busy_after, steal_after = system_busy_seconds()
+        wall = time.monotonic() - wall_before
+        foreign = busy_after - busy_before - own_seconds(started, times_before)
+        foreign_share = max(foreign, 0.0) / wall
+        steal_share = max(steal_after - steal_before, 0.0) / wall
     except procs.BenchSetupError as exc:
         print(f"bench sidecar: {exc}", file=sys.stderr)
         return 1
     finally:
         for proc in reversed(started.values()):
             proc.stop()
-    if foreign_share > 0.2:
-        notes.append(
-            f"Other processes used {foreign_share:.2f} CPUs on average during the run "
-            f"(of {os.cpu_count()}): these numbers are noisy; rerun on a quiet machine."
-        )
     report = reports[modes[0]]
     failed = [f for r in reports.values() for f in failed_cells(r)]
     if failed:
@@ -432,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(modes) > 1
         else ""
     )
-    report.environment["CPU used by other processes during the run"] = f"{foreign_share:.2f} CPUs"
+    report.environment["CPU used by other processes during the run"] = (
+        f"{foreign_share:.2f} CPUs (stolen by the hypervisor: {steal_share:.2f})"
+    )
+    report.other_cpus = foreign_share
     if len(modes) > 1 and modes[1] in reports:
         report.other_idle = (_IDLE_TEXT[modes[1]], reports[modes[1]])
     markdown = render(report)

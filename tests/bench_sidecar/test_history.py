@@ -30,7 +30,12 @@ def _rows(p50: str, cpu: str, pair: str) -> str:
     )
 
 
-def section(date: str, halting: tuple[str, str, str], polling: tuple[str, str, str]) -> str:
+def section(
+    date: str,
+    halting: tuple[str, str, str],
+    polling: tuple[str, str, str],
+    other: str = "0.00 CPUs (stolen by the hypervisor: 0.00)",
+) -> str:
     return f"""## Sidecar
 
 Rerun: `.venv/bin/python -m bench sidecar`.
@@ -39,6 +44,7 @@ Rerun: `.venv/bin/python -m bench sidecar`.
 - python: 3.11.7 (uvloop 0.23.0); 13.4 µs per sum(range(1000))
 - date: {date}
 - CPU idle: default idle states; then again with idle CPUs polling (the section at the end)
+- CPU used by other processes during the run: {other}
 
 ### Targets (issue 13: ratios against nginx in this run)
 
@@ -121,7 +127,9 @@ def repo(tmp_path: Path) -> Path:
     path = tmp_path / "docs" / "benchmarks.md"
     path.parent.mkdir()
     first = doc(section("2026-12-07 00:38 UTC", (MET, MET, FLOOR), (MET, MET, FLOOR)))
-    second = doc(section("2026-12-07 00:57 UTC", (MET, OURS, FLOOR), (OURS, MET, FLOOR)))
+    second = doc(
+        section("2026-12-07 00:57 UTC", (MET, OURS, FLOOR), (OURS, MET, FLOOR), "0.11 CPUs")
+    )
     for text, message in ((first, "run 1"), (first + "\nan edit\n", "edit"), (second, "run 2")):
         path.write_text(text)
         _git(tmp_path, "add", "-A")
@@ -169,3 +177,34 @@ def test_since_leaves_older_runs_out_and_says_when_none_is_left(
     assert "1 recorded runs" in capsys.readouterr().out
     assert history.main(["--repo", str(repo), "--since", "2027"]) == 1
     assert "no recorded run" in capsys.readouterr().err
+
+
+def test_the_cpu_other_processes_used_is_read_as_recorded() -> None:
+    verdicts = ((MET,) * 3, (MET,) * 3)
+    quiet = history.parse_section(section("2026-12-07 00:38 UTC", *verdicts))
+    busy = history.parse_section(section("2026-12-07 02:09 UTC", *verdicts, "0.15 CPUs"))
+    older = history.parse_section(section("2026-12-05 09:44 UTC", *verdicts, "?"))
+    assert quiet is not None and busy is not None and older is not None
+    assert (quiet.other_cpus, busy.other_cpus, older.other_cpus) == (0.0, 0.15, None)
+    assert quiet.quiet and not busy.quiet and not older.quiet
+
+
+def test_quiet_counts_only_the_runs_on_a_quiet_host(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert history.main(["--repo", str(repo), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "Quiet hosts only: 1 runs left out" in out
+    assert "1 recorded runs" in out and "2026-12-07 00:57 UTC" not in out
+    assert "| CPU per request at 1000 rps | halting | 1 | 0 | 0 | 1 |" in out
+    assert history.main(["--repo", str(repo), "--quiet", "--since", "2026-12-07 00:50"]) == 1
+    assert "no recorded run in docs/benchmarks.md on a quiet host" in capsys.readouterr().err
+
+
+def test_each_run_shows_the_cpu_other_processes_used(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert history.main(["--repo", str(repo)]) == 0
+    out = capsys.readouterr().out
+    assert "| 13.4 µs | 0.00 | pair at 1000 rps, added p90 (floor) |" in out
+    assert "| 13.4 µs | 0.11 | CPU per request at 1000 rps (ours);" in out

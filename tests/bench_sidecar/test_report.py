@@ -362,3 +362,18 @@ def test_the_compiled_build_s_memory_is_judged_too() -> None:
     assert compiled.verdict == "MISSED by 0.2 MiB: ours (the floor meets it)"
     grpc = rows["peak RSS of sidecar (compiled build) (gRPC listener)"]
     assert grpc.floor.endswith(", empty grpc.aio server")
+
+
+def test_the_verdicts_of_a_run_on_a_busy_host_are_marked() -> None:
+    """Two runs whose every proxy's p90 was in milliseconds shared the host (0.11-0.15 CPUs of
+    other processes); their verdicts read the host, and the report says so above them."""
+    report = _report()
+    assert "busy host" not in render(report)  # not measured: no claim either way
+    report.other_cpus = 0.01
+    assert "busy host" not in render(report)
+    report.other_cpus = 0.11
+    text = render(report)
+    targets_at = text.index("### Targets")
+    warning_at = text.index("**A busy host:** other processes")
+    assert targets_at < warning_at < text.index("| target |")
+    assert "used 0.11 CPUs on average during this run, at least 0.05" in text
