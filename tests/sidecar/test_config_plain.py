@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,7 +67,7 @@ def test_the_hand_over_keeps_every_value() -> None:
     config = parse_config(RICH)
     handed = config_from_dict(json.loads(json.dumps(config_to_dict(config))))
     assert handed == config
-    assert handed.grpc_tls is not None and handed.grpc_tls.cert == Path("/etc/ccb/tls.crt")
+    assert handed.grpc_tls is not None and handed.grpc_tls.cert == "/etc/ccb/tls.crt"
     assert handed.upstreams["payment"].urls == ("http://10.0.0.1:80", "http://10.0.0.2:80")
     assert handed.upstreams["payment"].failure_table()[429]
     assert handed.cascade.edges[0].callee == "payment POST /charges"

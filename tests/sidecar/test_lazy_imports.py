@@ -118,3 +118,60 @@ def test_the_serving_process_never_imports_pydantic_or_yaml(
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert b"cascadebreaker.sidecar.serve" in cmdline
     assert str(sidecar.config_path).encode() in cmdline  # `ps` still names the file
+
+
+_SERVED = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import cascadebreaker.sidecar.serve  # what `python -m cascadebreaker.sidecar.serve` runs
+    from cascadebreaker.sidecar.config import config_from_dict
+    from cascadebreaker.sidecar.server import SidecarServer
+
+    async def main():
+        server = SidecarServer(config_from_dict(json.loads(sys.argv[1])))
+        await server.start()
+        try:
+            port = int(server.address("outbound").rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /payment/hello HTTP/1.1\\r\\nhost: t\\r\\n")
+            writer.write(b"connection: close\\r\\n\\r\\n")
+            answer = await reader.read()
+            writer.close()
+        finally:
+            await server.stop()
+        print(json.dumps({"answer": answer.decode(), "modules": sorted(sys.modules)}))
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_served_request_loads_no_module_only_the_cli_needs(module_upstream: Upstream) -> None:
+    """The serving process builds its config from the validated JSON form and serves: pathlib
+    (0.2 MiB, and urllib.parse's share of it), pydantic and yaml stay with the CLI that validated
+    it. Paths in the config are the strings the file gave."""
+    from cascadebreaker.sidecar.config import config_to_dict
+    from cascadebreaker.sidecar.schema import parse_config
+
+    config = parse_config(
+        {
+            "service": "checkout",
+            "listen": {"outbound": "127.0.0.1:0", "inbound": None, "admin": "127.0.0.1:0"},
+            "upstreams": {"payment": {"url": module_upstream.url}},
+            "log_level": "warning",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVED, json.dumps(config_to_dict(config))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["answer"].startswith("HTTP/1.1 200"), result["answer"][:200]
+    modules = set(result["modules"])
+    assert "cascadebreaker.sidecar.proxy.pipeline" in modules  # it served through the pipeline
+    assert not {"pathlib", "pydantic", "yaml"} & modules

@@ -21,8 +21,7 @@ import os
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:  # the client imports this module and stays free of the config's pydantic
     # grpc itself is loaded only when credentials are made: checking the files at start-up
@@ -49,6 +48,7 @@ log = logging.getLogger("cascadebreaker.sidecar.grpc")
 PLUGIN_NAME = "grpc_tls"  # its key in the runtime's plug-ins (the listener and peers find it)
 
 _CERT_MARK = b"-----BEGIN CERTIFICATE-----"
+StrPath: TypeAlias = str | os.PathLike[str]  # not pathlib: the serving process does not load it
 _KEY_MARK = b"PRIVATE KEY-----"
 
 
@@ -65,17 +65,18 @@ class TlsMaterial:
     ca: bytes | None
 
 
-def _read(path: Path, key: str) -> bytes:
+def _read(path: StrPath, key: str) -> bytes:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as file:
+            return file.read()
     except OSError as exc:
         raise TlsError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
 
 
 def read_material(
-    cert: str | Path | None,
-    key: str | Path | None,
-    ca: str | Path | None,
+    cert: StrPath | None,
+    key: StrPath | None,
+    ca: StrPath | None,
     *,
     prefix: str = "grpc_tls.",
 ) -> TlsMaterial:
@@ -86,8 +87,8 @@ def read_material(
         raise TlsError(f"{prefix}key: required with {prefix}cert")
     chain = private = roots = None
     if cert is not None and key is not None:
-        chain = _read(Path(cert), f"{prefix}cert")
-        private = _read(Path(key), f"{prefix}key")
+        chain = _read(cert, f"{prefix}cert")
+        private = _read(key, f"{prefix}key")
         if _CERT_MARK not in chain:
             raise TlsError(f"{prefix}cert: no PEM certificate in {cert}")
         if _KEY_MARK not in private:
@@ -100,7 +101,7 @@ def read_material(
                 raise TlsError(f"{prefix}key: {key} does not match {prefix}cert") from None
             raise TlsError(f"{prefix}cert: {cert} and {key} do not load: {exc}") from None
     if ca is not None:
-        roots = _read(Path(ca), f"{prefix}ca")
+        roots = _read(ca, f"{prefix}ca")
         if _CERT_MARK not in roots:
             raise TlsError(f"{prefix}ca: no PEM certificate in {ca}")
         try:
