@@ -66,15 +66,20 @@ def _run(grpc_listener: bool) -> dict[str, object]:
         "upstreams": {"payment": {"url": "http://127.0.0.1:9"}},
         "log_level": "warning",
     }
+    return _fresh_python(_PROGRAM, json.dumps(config))
+
+
+def _fresh_python(program: str, argument: str) -> dict[str, Any]:
+    """Run `program` in a new interpreter; the JSON object its last line prints."""
     done = subprocess.run(
-        [sys.executable, "-c", _PROGRAM, json.dumps(config)],
+        [sys.executable, "-c", program, argument],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -149,8 +154,8 @@ _SERVED = textwrap.dedent(
 @pytest.mark.slow
 def test_a_served_request_loads_no_module_only_the_cli_needs(module_upstream: Upstream) -> None:
     """The serving process builds its config from the validated JSON form and serves: pathlib
-    (0.2 MiB, and urllib.parse's share of it), pydantic and yaml stay with the CLI that validated
-    it. Paths in the config are the strings the file gave."""
+    (0.2 MiB), pydantic and yaml stay with the CLI that validated it. Paths in the config are
+    the strings the file gave."""
     from cascadebreaker.sidecar.config import config_to_dict
     from cascadebreaker.sidecar.schema import parse_config
 
@@ -162,15 +167,7 @@ def test_a_served_request_loads_no_module_only_the_cli_needs(module_upstream: Up
             "log_level": "warning",
         }
     )
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVED, json.dumps(config_to_dict(config))],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _fresh_python(_SERVED, json.dumps(config_to_dict(config)))
     assert result["answer"].startswith("HTTP/1.1 200"), result["answer"][:200]
     modules = set(result["modules"])
     assert "cascadebreaker.sidecar.proxy.pipeline" in modules  # it served through the pipeline
