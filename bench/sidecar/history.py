@@ -260,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     left_out = [r for r in runs if not r.quiet] if args.quiet else []
     runs = [r for r in runs if r.quiet] if args.quiet else runs
     if not runs:
-        print(f"no recorded run in {args.doc}" + (" on a quiet host" * args.quiet), file=sys.stderr)
+        where = " on a quiet host" if args.quiet else ""
+        print(f"no recorded run in {args.doc}{where}", file=sys.stderr)
         return 1
     if args.quiet:
         print(
