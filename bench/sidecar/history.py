@@ -16,7 +16,17 @@ the report wrote it:
 It prints each run with the targets it missed, then for each target and idle mode how many
 runs gave each verdict: one run's verdicts flip with the machine and the hour, several runs
 say what is ours. `--quiet` counts only the runs on a quiet host: other processes (the
-hypervisor's steal included) used less than the report's busy-host line of CPU meanwhile.
+hypervisor's steal included) used less than the report's busy-host line of CPU meanwhile;
+`--last N` only the latest N runs left after the other filters.
+
+Each target and mode is then judged over the runs counted: it passes when it was met, or
+missed only where the floor misses too, in at least two runs of three. One run cannot say
+this (each verdict sits within a few percent of its line, and flips with the hour); a target
+that is ours in more than a third of the runs is a gap in our code.
+
+`--write DOC` puts the same tables into DOC as the section "The compiled build's verdicts
+across runs" (replacing it, or appending it), with the command that made them, so the
+document's numbers are regenerated, not copied.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench.sidecar` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.core.report import write_section
 from bench.sidecar.report import BUSY_HOST_CPUS, COMPILED, SECTION, _table
 
 HALTING = "halting"
@@ -42,6 +53,8 @@ VERDICTS = (MET, FLOOR, OURS, MISSED)  # MISSED: a miss the report could not att
 _OTHER_MODE = "### The same rounds with "
 _TARGETS = "### Targets"
 _OTHER_CPUS = "CPU used by other processes during the run"
+ACROSS = "### The compiled build's verdicts across runs"
+PASS_SHARE = 2 / 3  # met, or missed only where the floor misses too, in >= 2 runs of 3
 
 
 @dataclass
@@ -181,6 +194,15 @@ def _python(python: str) -> str:
     return speed.split(" per ", 1)[0] if " per " in speed else "not recorded"
 
 
+def judge(counts: Counter[str]) -> str:
+    """`passes` when met or floor-limited in at least PASS_SHARE of the runs counted."""
+    runs = sum(counts.values())
+    kept = counts[MET] + counts[FLOOR]
+    if runs and kept >= PASS_SHARE * runs:
+        return f"passes ({kept} of {runs})"
+    return f"**fails**: ours or unattributed in {runs - kept} of {runs}"
+
+
 def render(runs: Sequence[Run]) -> str:
     """The runs, then the counts by target and mode, as markdown."""
     lines = [
@@ -224,11 +246,24 @@ def render(runs: Sequence[Run]) -> str:
         for mode, rows in run.verdicts.items():
             for target, verdict in rows.items():
                 counts.setdefault((target, mode), Counter())[verdict] += 1
-    lines += ["", "Verdicts by target and idle mode, runs:", ""]
+    lines += [
+        "",
+        "Verdicts by target and idle mode, runs (judged: met, or missed only where the floor "
+        "misses too, in at least 2 runs of 3):",
+        "",
+    ]
     lines += _table(
-        ["target", "mode", "met", "floor misses too", "ours", "runs"],
+        ["target", "mode", "met", "floor misses too", "ours", "runs", "judged over these runs"],
         [
-            [t, m, str(c[MET]), str(c[FLOOR]), str(c[OURS]), str(sum(c.values()))]
+            [
+                t,
+                m,
+                str(c[MET]),
+                str(c[FLOOR]),
+                str(c[OURS]),
+                str(sum(c.values())),
+                judge(c),
+            ]
             for (t, m), c in sorted(
                 counts.items(), key=lambda kv: (kv[0][0], MODES.index(kv[0][1]))
             )
@@ -255,21 +290,45 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"only runs on a quiet host (other processes below {BUSY_HOST_CPUS:.2f} CPUs)",
     )
+    parser.add_argument(
+        "--last", type=int, default=0, metavar="N", help="only the latest N runs left"
+    )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="DOC",
+        help=f'also write the tables into DOC as the section "{ACROSS}"',
+    )
     args = parser.parse_args(argv)
+    if args.last < 0:
+        parser.error("--last: a number of runs, 1 or more (0: all)")
     runs = [r for r in runs_in_history(args.repo, args.doc) if r.date >= args.since]
     left_out = [r for r in runs if not r.quiet] if args.quiet else []
     runs = [r for r in runs if r.quiet] if args.quiet else runs
+    runs = runs[-args.last :] if args.last else runs
     if not runs:
         where = " on a quiet host" if args.quiet else ""
         print(f"no recorded run in {args.doc}{where}", file=sys.stderr)
         return 1
+    head = ""
     if args.quiet:
-        print(
+        head = (
             f"Quiet hosts only: {len(left_out)} runs left out (other processes at or above "
-            f"{BUSY_HOST_CPUS:.2f} CPUs, or not recorded).\n"
+            f"{BUSY_HOST_CPUS:.2f} CPUs, or not recorded).\n\n"
         )
-    sys.stdout.write(render(runs))
+    text = head + render(runs)
+    sys.stdout.write(text)
+    if args.write is not None:
+        write_section(
+            args.write, _section(text, argv if argv is not None else sys.argv[1:]), ACROSS
+        )
     return 0
+
+
+def _section(text: str, argv: Sequence[str]) -> str:
+    """The tables as a document section that names the command that regenerates it."""
+    command = " ".join(["python -m bench.sidecar.history", *argv])
+    return f"{ACROSS}\n\nGenerated by `{command}` (the runs recorded in git history).\n\n{text}"
 
 
 if __name__ == "__main__":

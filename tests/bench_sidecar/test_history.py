@@ -164,9 +164,10 @@ def test_the_summary_counts_verdicts_by_target_and_mode(
     assert "2 recorded runs" in out
     assert "| 2026-12-07 00:57 UTC |" in out and "| Intel Xeon Processor | 13.4 µs |" in out
     assert "| CPU per request at 1000 rps (ours); pair at 1000 rps, added p90 (floor) |" in out
-    assert "| CPU per request at 1000 rps | halting | 1 | 0 | 1 | 2 |" in out
-    assert "| added p50 per hop, 1 conn | polling | 1 | 0 | 1 | 2 |" in out
-    assert "| pair at 1000 rps, added p90 | polling | 0 | 2 | 0 | 2 |" in out
+    fails = "**fails**: ours or unattributed in 1 of 2"
+    assert f"| CPU per request at 1000 rps | halting | 1 | 0 | 1 | 2 | {fails} |" in out
+    assert f"| added p50 per hop, 1 conn | polling | 1 | 0 | 1 | 2 | {fails} |" in out
+    assert "| pair at 1000 rps, added p90 | polling | 0 | 2 | 0 | 2 | passes (2 of 2) |" in out
     assert "halting 1 of 2, polling 1 of 2, both modes 1 of 2." in out
 
 
@@ -196,7 +197,7 @@ def test_quiet_counts_only_the_runs_on_a_quiet_host(
     out = capsys.readouterr().out
     assert "Quiet hosts only: 1 runs left out" in out
     assert "1 recorded runs" in out and "2026-12-07 00:57 UTC" not in out
-    assert "| CPU per request at 1000 rps | halting | 1 | 0 | 0 | 1 |" in out
+    assert "| CPU per request at 1000 rps | halting | 1 | 0 | 0 | 1 | passes (1 of 1) |" in out
     assert history.main(["--repo", str(repo), "--quiet", "--since", "2026-12-07 00:50"]) == 1
     assert "no recorded run in docs/benchmarks.md on a quiet host" in capsys.readouterr().err
 
@@ -208,3 +209,45 @@ def test_each_run_shows_the_cpu_other_processes_used(
     out = capsys.readouterr().out
     assert "| 13.4 µs | 0.00 | pair at 1000 rps, added p90 (floor) |" in out
     assert "| 13.4 µs | 0.11 | CPU per request at 1000 rps (ours);" in out
+
+
+def test_a_target_passes_when_met_or_floor_limited_in_two_runs_of_three() -> None:
+    from collections import Counter
+
+    assert history.judge(Counter({history.MET: 1, history.FLOOR: 1, history.OURS: 1})) == (
+        "passes (2 of 3)"
+    )
+    assert history.judge(Counter({history.MET: 1, history.OURS: 2})).startswith("**fails**")
+    assert history.judge(Counter({history.MET: 3, history.MISSED: 2})) == (
+        "**fails**: ours or unattributed in 2 of 5"
+    )
+    assert history.judge(Counter()).startswith("**fails**")
+
+
+def test_last_counts_only_the_latest_runs(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert history.main(["--repo", str(repo), "--last", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 recorded runs" in out and "2026-12-07 00:57 UTC" in out
+    assert "2026-12-07 00:38 UTC" not in out
+    with pytest.raises(SystemExit):
+        history.main(["--repo", str(repo), "--last", "-1"])
+    assert "--last" in capsys.readouterr().err
+
+
+def test_write_puts_the_tables_into_a_section_and_replaces_it_next_time(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "out.md"
+    target.write_text("# Benchmarks\n\n## Sidecar\n\nkept\n\n## Cascade\n\nalso kept\n")
+    args = ["--repo", str(repo), "--write", str(target)]
+    assert history.main(args) == 0
+    text = target.read_text()
+    assert text.count(history.ACROSS) == 1 and "2 recorded runs" in text
+    assert f"`python -m bench.sidecar.history {' '.join(args)}`" in text
+    assert text.startswith("# Benchmarks\n\n## Sidecar\n\nkept\n")
+    assert history.main([*args, "--last", "1"]) == 0
+    again = target.read_text()
+    assert again.count(history.ACROSS) == 1
+    assert "1 recorded runs" in again and "2 recorded runs" not in again
+    assert "## Cascade\n\nalso kept\n" in again
+    capsys.readouterr()
