@@ -180,7 +180,9 @@ def runs_in_history(repo: Path, doc: str = "docs/benchmarks.md") -> list[Run]:
 
 
 def _cpu(machine: str) -> str:
-    """`x86_64, 2 CPUs (Intel(R) Xeon(R) Processor), Linux ...` -> `Intel Xeon Processor`."""
+    """`x86_64, 2 CPUs (Intel(R) Xeon(R) Processor; family 6 model 167; L2 2 MiB, L3 480 MiB),
+    Linux ...` -> `Intel Xeon Processor; family 6 model 167; L2 2 MiB, L3 480 MiB` (the family,
+    model and caches recorded since 2026-12-07)."""
     head = machine.rsplit(", Linux", 1)[0]
     if not head.endswith(")") or "(" not in head:
         return "not recorded"

@@ -251,3 +251,12 @@ def test_write_puts_the_tables_into_a_section_and_replaces_it_next_time(
     assert "1 recorded runs" in again and "2 recorded runs" not in again
     assert "## Cascade\n\nalso kept\n" in again
     capsys.readouterr()
+
+
+def test_the_cpu_column_keeps_the_family_model_and_caches() -> None:
+    machine = (
+        "x86_64, 2 CPUs (Intel(R) Xeon(R) Processor; family 6 model 167; L2 2 MiB, L3 480 MiB), "
+        "Linux 6.18.44"
+    )
+    assert history._cpu(machine) == "Intel Xeon Processor; family 6 model 167; L2 2 MiB, L3 480 MiB"
+    assert history._cpu("x86_64, 2 CPUs (AMD EPYC), Linux 6.1") == "AMD EPYC"
