@@ -260,3 +260,37 @@ def test_the_cpu_column_keeps_the_family_model_and_caches() -> None:
     )
     assert history._cpu(machine) == "Intel Xeon Processor; family 6 model 167; L2 2 MiB, L3 480 MiB"
     assert history._cpu("x86_64, 2 CPUs (AMD EPYC), Linux 6.1") == "AMD EPYC"
+
+
+def _run(cpu: str, pair: str) -> history.Run:
+    return history.Run(
+        date="2026-12-07 10:00 UTC",
+        machine=f"x86_64, 2 CPUs ({cpu}), Linux 6.18.44",
+        verdicts={history.POLLING: {"pair p90": pair, "p50": history.MET}},
+    )
+
+
+def test_each_target_is_judged_again_over_each_cpus_runs() -> None:
+    intel = "Intel(R) Xeon(R) Processor; family 6 model 167; L2 2 MiB, L3 480 MiB"
+    runs = [
+        *(_run("AMD EPYC", history.OURS) for _ in range(2)),
+        _run("AMD EPYC", history.MET),
+        _run("Intel(R) Xeon(R) Processor", history.MET),  # an older run: the name only
+        _run(intel, history.FLOOR),
+        _run(intel, history.OURS),
+    ]
+    text = history.render(runs)
+    table = text.split("judged over each CPU's runs alone", 1)[1]
+    assert "| target | mode | AMD EPYC | Intel Xeon Processor |" in table
+    assert (
+        "| pair p90 | polling | **fails**: ours or unattributed in 2 of 3 | passes (2 of 3) |"
+        in table
+    )
+    assert "| p50 | polling | passes (3 of 3) | passes (3 of 3) |" in table
+    # Over all six runs the pair is ours in three: it fails there too.
+    assert "| pair p90 | polling | 2 | 1 | 3 | 6 | **fails**" in text
+
+
+def test_runs_on_one_cpu_have_no_table_by_cpu() -> None:
+    text = history.render([_run("AMD EPYC", history.MET), _run("AMD EPYC", history.OURS)])
+    assert "each CPU's runs alone" not in text
