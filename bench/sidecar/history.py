@@ -23,9 +23,9 @@ Each target and mode is then judged over the runs counted: it passes when it was
 missed only where the floor misses too, in at least two runs of three. One run cannot say
 this (each verdict sits within a few percent of its line, and flips with the hour); a target
 that is ours in more than a third of the runs is a gap in our code. Where the runs came from
-more than one kind of CPU, each target is judged again over each CPU's runs alone (grouped by
-the model name, all older runs recorded): a verdict that holds on one kind and not the other
-is that machine's as much as the code's.
+more than one kind of CPU, each target is judged again over each CPU's runs alone, grouped by
+the CPU's model name (the one thing about the machine that every run recorded): a verdict
+that holds on one kind and not the other is that machine's as much as the code's.
 
 `--write DOC` puts the same tables into DOC as the section "The compiled build's verdicts
 across runs" (replacing it, or appending it), with the command that made them, so the
@@ -208,6 +208,17 @@ def judge(counts: Counter[str]) -> str:
     return f"**fails**: ours or unattributed in {runs - kept} of {runs}"
 
 
+def tally(runs: Sequence[Run]) -> dict[tuple[str, str], Counter[str]]:
+    """How many of `runs` gave each verdict, by (target, idle mode), sorted by target, then
+    mode in the order of MODES."""
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    for run in runs:
+        for mode, rows in run.verdicts.items():
+            for target, verdict in rows.items():
+                counts.setdefault((target, mode), Counter())[verdict] += 1
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0][0], MODES.index(kv[0][1]))))
+
+
 def render(runs: Sequence[Run]) -> str:
     """The runs, then the counts by target and mode, as markdown."""
     lines = [
@@ -246,11 +257,7 @@ def render(runs: Sequence[Run]) -> str:
             for r in runs
         ],
     )
-    counts: dict[tuple[str, str], Counter[str]] = {}
-    for run in runs:
-        for mode, rows in run.verdicts.items():
-            for target, verdict in rows.items():
-                counts.setdefault((target, mode), Counter())[verdict] += 1
+    counts = tally(runs)
     lines += [
         "",
         "Verdicts by target and idle mode, runs (judged: met, or missed only where the floor "
@@ -269,9 +276,7 @@ def render(runs: Sequence[Run]) -> str:
                 str(sum(c.values())),
                 judge(c),
             ]
-            for (t, m), c in sorted(
-                counts.items(), key=lambda kv: (kv[0][0], MODES.index(kv[0][1]))
-            )
+            for (t, m), c in counts.items()
         ],
     )
     lines += _by_cpu(runs)
@@ -298,12 +303,7 @@ def _by_cpu(runs: Sequence[Run]) -> list[str]:
     names = sorted({cpu_name(r) for r in runs})
     if len(names) < 2:
         return []
-    counts: dict[tuple[str, str], dict[str, Counter[str]]] = {}
-    for run in runs:
-        for mode, rows in run.verdicts.items():
-            for target, verdict in rows.items():
-                by_name = counts.setdefault((target, mode), {})
-                by_name.setdefault(cpu_name(run), Counter())[verdict] += 1
+    by_name = {n: tally([r for r in runs if cpu_name(r) == n]) for n in names}
     lines = [
         "",
         "The same, judged over each CPU's runs alone (by its model name):",
@@ -312,10 +312,8 @@ def _by_cpu(runs: Sequence[Run]) -> list[str]:
     lines += _table(
         ["target", "mode", *names],
         [
-            [t, m, *(judge(c[n]) if n in c else "no run" for n in names)]
-            for (t, m), c in sorted(
-                counts.items(), key=lambda kv: (kv[0][0], MODES.index(kv[0][1]))
-            )
+            [t, m, *(judge(by_name[n][t, m]) if (t, m) in by_name[n] else "no run" for n in names)]
+            for t, m in tally(runs)
         ],
     )
     return lines
