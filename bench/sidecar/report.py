@@ -17,6 +17,10 @@ RERUN = ".venv/bin/python -m bench sidecar"
 SIDECARS = ("sidecar", "sidecar-client", "sidecar-server")
 # The floors (bench/sidecar/floor_proxies.py): scenario names in every table.
 RELAY_FLOOR = "floor: uvloop byte relay"
+# Two relays in a row: what a pair costs on uvloop with no HTTP at all, about the least any
+# pair driven by uvloop pays; native protocol objects would save only the relay's few lines of
+# Python (docs/sidecar-performance.md, "A native data plane: measured, not built").
+RELAY_FLOOR_PAIR = "floor: uvloop byte relay pair"
 HTTPTOOLS_FLOOR = "floor: minimal httptools proxy"
 HTTPTOOLS_FLOOR_PAIR = "floor: minimal httptools pair"
 # The sidecar as pip installs it, and the opt-in mypyc build (`--compiled`): the scenario of
@@ -43,7 +47,8 @@ FLOOR_TEXT = (
     " For memory with a gRPC listener the floor is an empty grpc.aio server; for gRPC `Call`,"
     " a grpc.aio handler that makes the same upstream GET and nothing else. The same floors"
     " in instructions per request (callgrind): the section"
-    " 'Sidecar: instructions per request' below."
+    " 'Sidecar: instructions per request' below. Two byte relays in a row (no HTTP) are about"
+    " the least any pair driven by uvloop pays, native protocol objects included."
 )
 
 

@@ -49,6 +49,7 @@ from bench.sidecar.report import (
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
     RELAY_FLOOR,
+    RELAY_FLOOR_PAIR,
     Cell,
     Report,
     Sample,
@@ -169,6 +170,9 @@ def start_processes(
     relay = started["relay-floor"] = procs.start_floor_proxy(
         workdir, "relay", up.port, "relay-floor"
     )
+    relay_front = started["relay-floor-front"] = procs.start_floor_proxy(
+        workdir, "relay", relay.port, "relay-floor-front"
+    )
     floor = started["httptools-floor"] = procs.start_floor_proxy(
         workdir, "httptools", up.port, "httptools-floor"
     )
@@ -177,6 +181,7 @@ def start_processes(
     )
     scenarios += [
         Scenario(RELAY_FLOOR, 1, relay.port, "/", [relay]),
+        Scenario(RELAY_FLOOR_PAIR, 2, relay_front.port, "/", [relay_front, relay]),
         Scenario(HTTPTOOLS_FLOOR, 1, floor.port, "/", [floor]),
         Scenario(HTTPTOOLS_FLOOR_PAIR, 2, floor_front.port, "/", [floor_front, floor]),
     ]
