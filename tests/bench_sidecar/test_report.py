@@ -17,9 +17,11 @@ from bench.sidecar.report import (
     GRPC_FETCH,
     HTTPTOOLS_FLOOR,
     HTTPTOOLS_FLOOR_PAIR,
+    RELAY_FLOOR_PAIR,
     Cell,
     Report,
     Sample,
+    Target,
     failed_cells,
     render,
     targets,
@@ -147,6 +149,32 @@ def test_the_floor_of_each_target_is_measured_the_same_way() -> None:
         "MISSED by 15.0 MiB: the target is below the Python floor (the floor misses it by 11.8 MiB)"
     )
     assert rows["peak RSS of sidecar-server"].floor == "15.0 MiB"
+
+
+def test_the_pair_target_names_the_byte_relay_pair_when_measured() -> None:
+    """Two byte relays in a row are about the least any pair on uvloop pays: the pair target's
+    floor cell names their added p90 beside the httptools pair's, where they were measured;
+    the verdict stays the httptools floor's."""
+    report = _report()
+    report.scenarios += [
+        ("sidecar pair", 2, ["sidecar-client", "sidecar-server"]),
+        ("nginx pair", 2, ["nginx-front", "nginx-proxy"]),
+        (HTTPTOOLS_FLOOR_PAIR, 2, ["httptools-floor-front", "httptools-floor"]),
+    ]
+    report.paced["direct"] = Cell([_sample(20, 40, 100, 1000)])
+    report.paced["sidecar pair"] = Cell([_sample(300, 400, 600, 1000)])
+    report.paced["nginx pair"] = Cell([_sample(150, 200, 300, 1000)])
+    report.paced[HTTPTOOLS_FLOOR_PAIR] = Cell([_sample(200, 290, 400, 1000)])
+
+    def pair() -> Target:
+        return {t.what.split(":")[0]: t for t in targets(report)}["pair at 1000 rps, added p90"]
+
+    assert pair().floor == "250 µs (1.56x nginx), two in a row"
+    report.paced[RELAY_FLOOR_PAIR] = Cell([_sample(150, 230, 300, 1000)])
+    assert pair().floor == "250 µs (1.56x nginx), two in a row; two byte relays: 190 µs"
+    assert pair().verdict.endswith(
+        "the target is below the Python floor (the floor misses it by 42 µs)"
+    )
 
 
 def test_the_fixed_rate_table_splits_user_space_from_kernel_cpu() -> None:
